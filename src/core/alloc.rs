@@ -1,0 +1,422 @@
+//! Placement: which CPUs, memory nodes and devices a job gets.
+//!
+//! Rules, in order:
+//! 1. Devices come from one vendor: the one asked for, or the first in
+//!    [`Vendor::ALL`] order that fits (`auto`). Exact IDs must all be free.
+//!    Otherwise devices on one NUMA node are preferred, then the lowest IDs.
+//! 2. CPUs and memory come from one node whenever one fits: the node of the
+//!    job's devices if it has room, else the fullest node that still fits
+//!    (best fit, so big holes stay open for big jobs).
+//! 3. A job no single node fits is spread over several nodes, unless it is
+//!    `numa_local`; memory is charged per node, and only charged nodes go
+//!    into `AllowedMemoryNodes`.
+//! 4. An exclusive job fits only on an idle machine and holds all of it.
+
+use super::books::Avail;
+use super::device::{DeviceRef, Health, Vendor};
+use super::idset::{CpuSet, NodeSet};
+use super::machine::Machine;
+use super::reason::{Reason, Shortage};
+use super::request::Demand;
+use serde::{Deserialize, Serialize};
+
+/// Everything a job's unit needs from the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub cpus: CpuSet,
+    /// `AllowedMemoryNodes`: the nodes charged for the job's memory.
+    pub mem_nodes: NodeSet,
+    /// `MemoryMax`.
+    pub mem_bytes: u64,
+    /// Bytes charged to each node.
+    pub mem_charge: Vec<(u32, u64)>,
+    /// The devices the job may see and open.
+    pub devices: Vec<DeviceRef>,
+    /// Whether CPUs or memory span more than one node.
+    pub spread: bool,
+    /// Whether the job holds the whole machine.
+    pub exclusive: bool,
+}
+
+impl Allocation {
+    /// The device slots this allocation keeps from others: its own devices, or
+    /// every device for an exclusive job.
+    pub fn held_slots<'a>(&'a self, machine: &'a Machine) -> Box<dyn Iterator<Item = usize> + 'a> {
+        if self.exclusive {
+            Box::new(0..machine.devices.len())
+        } else {
+            Box::new(
+                self.devices
+                    .iter()
+                    .filter_map(|d| machine.slot(d.vendor, d.index)),
+            )
+        }
+    }
+
+    /// The nodes the job's CPUs lie on.
+    pub fn cpu_nodes(&self, machine: &Machine) -> NodeSet {
+        machine
+            .topology
+            .nodes
+            .iter()
+            .filter(|n| !n.cpus.is_disjoint(&self.cpus))
+            .map(|n| n.id)
+            .collect()
+    }
+}
+
+/// Places `demand` within `avail`, or says why it does not fit.
+pub fn place(demand: &Demand, machine: &Machine, avail: &Avail) -> Result<Allocation, Reason> {
+    if demand.exclusive {
+        return place_exclusive(demand, machine, avail);
+    }
+    if demand.devices.count == 0 {
+        let (cpus, charge, spread) = place_cpus(demand, machine, avail, None)?;
+        return Ok(build(demand, cpus, charge, spread, Vec::new()));
+    }
+    let mut first_reason = None;
+    for vendor in candidate_vendors(demand, machine) {
+        match place_on_vendor(demand, machine, avail, vendor) {
+            Ok(a) => return Ok(a),
+            Err(r) => {
+                first_reason.get_or_insert(r);
+            }
+        }
+    }
+    Err(first_reason.unwrap_or(Reason::Resources(Shortage::Devices {
+        vendor: demand.devices.vendor,
+        need: demand.devices.count,
+        free: 0,
+    })))
+}
+
+/// Vendors to try, in order: the chosen one, or every vendor with enough
+/// devices (not counting excluded ones) to ever fit.
+fn candidate_vendors(demand: &Demand, machine: &Machine) -> Vec<Vendor> {
+    let d = &demand.devices;
+    match d.vendor {
+        Some(v) => vec![v],
+        None => Vendor::ALL
+            .into_iter()
+            .filter(|v| {
+                machine
+                    .devices
+                    .iter()
+                    .filter(|dev| dev.vendor == *v && !d.exclude.contains(&dev.index))
+                    .count()
+                    >= d.count as usize
+            })
+            .collect(),
+    }
+}
+
+fn build(
+    demand: &Demand,
+    cpus: CpuSet,
+    mem_charge: Vec<(u32, u64)>,
+    spread: bool,
+    devices: Vec<DeviceRef>,
+) -> Allocation {
+    Allocation {
+        cpus,
+        mem_nodes: mem_charge.iter().map(|(n, _)| *n).collect(),
+        mem_bytes: demand.mem_bytes,
+        mem_charge,
+        devices,
+        spread,
+        exclusive: demand.exclusive,
+    }
+}
+
+fn place_exclusive(
+    demand: &Demand,
+    machine: &Machine,
+    avail: &Avail,
+) -> Result<Allocation, Reason> {
+    if *avail != Avail::all(machine) {
+        return Err(Reason::Exclusive);
+    }
+    let devices = if demand.devices.count == 0 {
+        Vec::new()
+    } else {
+        let mut found = None;
+        let mut first_reason = None;
+        for vendor in candidate_vendors(demand, machine) {
+            match choose_devices(demand, machine, avail, vendor) {
+                Ok(groups) => {
+                    found = Some(groups.into_iter().next().unwrap_or_default());
+                    break;
+                }
+                Err(r) => {
+                    first_reason.get_or_insert(r);
+                }
+            }
+        }
+        let slots = found.ok_or_else(|| first_reason.unwrap_or(Reason::DevicesUnknown))?;
+        refs(machine, &slots)
+    };
+    let topo = &machine.topology;
+    let charge: Vec<(u32, u64)> = topo.nodes.iter().map(|n| (n.id, n.mem_bytes)).collect();
+    let mut alloc = build(
+        demand,
+        topo.all_cpus(),
+        charge,
+        topo.nodes.len() > 1,
+        devices,
+    );
+    alloc.mem_bytes = topo.total_mem().max(demand.mem_bytes);
+    Ok(alloc)
+}
+
+fn refs(machine: &Machine, slots: &[usize]) -> Vec<DeviceRef> {
+    slots
+        .iter()
+        .map(|s| {
+            let d = &machine.devices[*s];
+            DeviceRef {
+                vendor: d.vendor,
+                index: d.index,
+                uuid: d.uuid.clone(),
+            }
+        })
+        .collect()
+}
+
+fn place_on_vendor(
+    demand: &Demand,
+    machine: &Machine,
+    avail: &Avail,
+    vendor: Vendor,
+) -> Result<Allocation, Reason> {
+    let groups = choose_devices(demand, machine, avail, vendor)?;
+    // Try each candidate device set whose devices share a node, with that node
+    // preferred for CPUs; the last candidate is the fallback set.
+    let mut last_err = None;
+    for slots in &groups {
+        let pref = common_node(machine, slots);
+        match place_cpus(demand, machine, avail, pref) {
+            Ok((cpus, charge, spread)) => {
+                let local = pref.is_some_and(|p| charge.len() == 1 && charge[0].0 == p);
+                if local || pref.is_none() || slots == groups.last().unwrap_or(slots) {
+                    return Ok(build(demand, cpus, charge, spread, refs(machine, slots)));
+                }
+            }
+            Err(r) => last_err = Some(r),
+        }
+    }
+    Err(last_err.unwrap_or(Reason::DevicesUnknown))
+}
+
+/// The node most of `slots` are on, if any device's node is known.
+fn common_node(machine: &Machine, slots: &[usize]) -> Option<u32> {
+    let mut counts: Vec<(u32, usize)> = Vec::new();
+    for s in slots {
+        if let Some(n) = machine.devices[*s].numa_node {
+            match counts.iter_mut().find(|(node, _)| *node == n) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((n, 1)),
+            }
+        }
+    }
+    counts.sort_by_key(|(n, c)| (std::cmp::Reverse(*c), *n));
+    counts.first().map(|(n, _)| *n)
+}
+
+/// Candidate device sets, best first: one per NUMA node that can give all the
+/// devices (lowest IDs on it), then the lowest free IDs overall.
+fn choose_devices(
+    demand: &Demand,
+    machine: &Machine,
+    avail: &Avail,
+    vendor: Vendor,
+) -> Result<Vec<Vec<usize>>, Reason> {
+    let d = &demand.devices;
+    let is_free = |s: usize| avail.devices[s] && machine.devices[s].usable();
+    if !d.ids.is_empty() {
+        let slots: Vec<usize> = d
+            .ids
+            .iter()
+            .filter_map(|id| machine.slot(vendor, *id))
+            .collect();
+        if slots.len() != d.ids.len() {
+            return Err(Reason::DevicesDisabled);
+        }
+        if slots.iter().all(|s| is_free(*s)) {
+            return Ok(vec![slots]);
+        }
+        return Err(shortage_reason(
+            machine,
+            avail,
+            &slots,
+            d.count,
+            Some(vendor),
+        ));
+    }
+    let cands: Vec<usize> = (0..machine.devices.len())
+        .filter(|s| {
+            machine.devices[*s].vendor == vendor && !d.exclude.contains(&machine.devices[*s].index)
+        })
+        .collect();
+    let free: Vec<usize> = cands.iter().copied().filter(|s| is_free(*s)).collect();
+    let need = d.count as usize;
+    if free.len() < need {
+        return Err(shortage_reason(
+            machine,
+            avail,
+            &cands,
+            d.count,
+            Some(vendor),
+        ));
+    }
+    let mut nodes: Vec<u32> = free
+        .iter()
+        .filter_map(|s| machine.devices[*s].numa_node)
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut groups: Vec<Vec<usize>> = nodes
+        .into_iter()
+        .filter_map(|n| {
+            let on: Vec<usize> = free
+                .iter()
+                .copied()
+                .filter(|s| machine.devices[*s].numa_node == Some(n))
+                .take(need)
+                .collect();
+            (on.len() == need).then_some(on)
+        })
+        .collect();
+    let lowest: Vec<usize> = free[..need].to_vec();
+    if !groups.contains(&lowest) {
+        groups.push(lowest);
+    }
+    Ok(groups)
+}
+
+/// Why `need` of the devices in `slots` are not free: held by jobs
+/// (Resources), busy, unknown or unhealthy, or disabled; the mildest cause
+/// that would explain the shortage is named.
+fn shortage_reason(
+    machine: &Machine,
+    avail: &Avail,
+    slots: &[usize],
+    need: u32,
+    vendor: Option<Vendor>,
+) -> Reason {
+    let (mut free, mut held, mut busy, mut unknown) = (0u32, 0u32, 0u32, 0u32);
+    for s in slots {
+        let dev = &machine.devices[*s];
+        if dev.disabled {
+            continue;
+        }
+        match (&dev.health, avail.devices[*s]) {
+            (Health::Ok, true) => free += 1,
+            (_, false) => held += 1,
+            (Health::Busy { .. }, true) => busy += 1,
+            (Health::Unknown { .. } | Health::Unhealthy { .. }, true) => unknown += 1,
+        }
+    }
+    if free + held >= need {
+        Reason::Resources(Shortage::Devices { vendor, need, free })
+    } else if free + held + busy >= need {
+        Reason::DevicesBusy
+    } else if free + held + busy + unknown >= need {
+        Reason::DevicesUnknown
+    } else {
+        Reason::DevicesDisabled
+    }
+}
+
+type CpuPlacement = (CpuSet, Vec<(u32, u64)>, bool);
+
+/// CPUs and memory for `demand`, on node `pref` when it fits there.
+fn place_cpus(
+    demand: &Demand,
+    machine: &Machine,
+    avail: &Avail,
+    pref: Option<u32>,
+) -> Result<CpuPlacement, Reason> {
+    let (c, m) = (demand.cpus, demand.mem_bytes);
+    let nodes = &machine.topology.nodes;
+    let free_cpus: Vec<u32> = nodes
+        .iter()
+        .map(|n| avail.cpus.intersection_len(&n.cpus))
+        .collect();
+    let fits = |i: usize| free_cpus[i] >= c && avail.mem[i] >= m;
+    let single = |i: usize| -> CpuPlacement {
+        let cpus = avail
+            .cpus
+            .intersection(&nodes[i].cpus)
+            .take_lowest(c)
+            .unwrap_or_default();
+        (cpus, vec![(nodes[i].id, m)], false)
+    };
+    if let Some(i) = pref.and_then(|p| machine.topology.node_pos(p)) {
+        if fits(i) {
+            return Ok(single(i));
+        }
+    }
+    let best = (0..nodes.len())
+        .filter(|i| fits(*i))
+        .min_by_key(|i| (free_cpus[*i], avail.mem[*i], nodes[*i].id));
+    if let Some(i) = best {
+        return Ok(single(i));
+    }
+    if demand.numa_local {
+        let with_cpus = (0..nodes.len())
+            .filter(|i| free_cpus[*i] >= c)
+            .max_by_key(|i| (avail.mem[*i], std::cmp::Reverse(nodes[*i].id)));
+        return Err(match with_cpus {
+            None => Reason::Resources(Shortage::Cpus {
+                need: c,
+                free: free_cpus.iter().copied().max().unwrap_or(0),
+            }),
+            Some(i) => Reason::Resources(Shortage::Memory {
+                node: Some(nodes[i].id),
+                need: m,
+                free: avail.mem[i],
+            }),
+        });
+    }
+    let total_cpus: u32 = free_cpus.iter().sum();
+    let total_mem: u64 = avail.mem.iter().sum();
+    if total_cpus < c {
+        return Err(Reason::Resources(Shortage::Cpus {
+            need: c,
+            free: total_cpus,
+        }));
+    }
+    if total_mem < m {
+        return Err(Reason::Resources(Shortage::Memory {
+            node: None,
+            need: m,
+            free: total_mem,
+        }));
+    }
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by_key(|i| (std::cmp::Reverse(avail.mem[*i]), nodes[*i].id));
+    let (mut cpus, mut charge) = (CpuSet::new(), Vec::new());
+    let (mut cpus_left, mut mem_left) = (c, m);
+    for i in order {
+        if cpus_left == 0 && mem_left == 0 {
+            break;
+        }
+        let take = cpus_left.min(free_cpus[i]);
+        if take > 0 {
+            let got = avail
+                .cpus
+                .intersection(&nodes[i].cpus)
+                .take_lowest(take)
+                .unwrap_or_default();
+            cpus.union_with(&got);
+            cpus_left -= take;
+        }
+        let bytes = mem_left.min(avail.mem[i]);
+        if bytes > 0 {
+            charge.push((nodes[i].id, bytes));
+            mem_left -= bytes;
+        }
+    }
+    charge.sort_by_key(|(n, _)| *n);
+    Ok((cpus, charge, true))
+}

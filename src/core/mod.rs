@@ -1,0 +1,31 @@
+//! The pure scheduler core: resources, requests, placement and policies.
+//!
+//! Nothing in here does I/O or reads a clock: time is passed in, so every
+//! decision is deterministic and can be tested exhaustively and benchmarked.
+
+pub mod alloc;
+pub mod books;
+pub mod device;
+pub mod idset;
+pub mod machine;
+pub mod policy;
+pub mod reason;
+pub mod request;
+pub mod scheduler;
+pub mod topology;
+
+/// Job IDs are assigned by the daemon, increase, and are never reused.
+pub type JobId = u64;
+
+pub use alloc::Allocation;
+pub use device::{Device, DeviceRef, Health, Vendor};
+pub use idset::{CpuSet, IdSet, NodeSet};
+pub use machine::Machine;
+pub use policy::Policy;
+pub use reason::{Reason, Shortage};
+pub use request::{Demand, DeviceRequest, Limits, Request, RequestError};
+pub use scheduler::Scheduler;
+pub use topology::{Node, Reserve, Topology};
+
+#[cfg(test)]
+mod tests;

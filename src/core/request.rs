@@ -1,0 +1,351 @@
+//! What a user asks for, and the checks that reject what this machine can never give.
+//!
+//! A request is checked once, at submission, against the machine as it is
+//! (`validate`). What passes is a [`Demand`]: the same request with its memory
+//! budget and, for exact device IDs, its vendor settled. Everything the
+//! scheduler later does works on demands only.
+
+use super::device::Vendor;
+use super::machine::Machine;
+use serde::{Deserialize, Serialize};
+
+/// Which devices a job wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeviceRequest {
+    /// How many devices; 0 makes a CPU job. Must equal `ids.len()` when IDs are given.
+    pub count: u32,
+    /// `None` is `auto`: the first vendor, in [`Vendor::ALL`] order, that fits.
+    pub vendor: Option<Vendor>,
+    /// Exact logical IDs (`-i`).
+    pub ids: Vec<u32>,
+    /// IDs never to use (`-x`); not combinable with `ids`.
+    pub exclude: Vec<u32>,
+}
+
+/// A job's resource request as submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Request {
+    pub cpus: u32,
+    /// Memory budget in bytes; `None` asks for the default budget.
+    pub mem_bytes: Option<u64>,
+    pub devices: DeviceRequest,
+    pub exclusive: bool,
+    pub numa_local: bool,
+    /// Seconds; `None` means the admin's maximum lifetime.
+    pub time_limit_secs: Option<u64>,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request {
+            cpus: 1,
+            mem_bytes: None,
+            devices: DeviceRequest::default(),
+            exclusive: false,
+            numa_local: false,
+            time_limit_secs: None,
+        }
+    }
+}
+
+/// Admin limits that shape requests and passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Most jobs running at once.
+    pub max_running: u32,
+    /// Upper bound of every job's run time, in seconds; also the time limit of jobs
+    /// that give none.
+    pub max_lifetime_secs: u64,
+    /// Floor of the default memory budget, in bytes.
+    pub min_job_mem: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_running: 32,
+            max_lifetime_secs: 7 * 24 * 3600,
+            min_job_mem: 256 << 20,
+        }
+    }
+}
+
+/// A request that fits this machine, with everything the scheduler needs settled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Demand {
+    pub cpus: u32,
+    pub mem_bytes: u64,
+    /// Whether `mem_bytes` is the default budget rather than one the user gave.
+    pub mem_default: bool,
+    pub devices: DeviceRequest,
+    pub exclusive: bool,
+    pub numa_local: bool,
+    /// Seconds, never above the admin's maximum lifetime.
+    pub time_limit_secs: u64,
+}
+
+/// Why a request can never run here. Each message says what exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("a job needs at least 1 CPU")]
+    ZeroCpus,
+    #[error("asks for {asked} CPUs, but jobs here can use at most {available} ({nodes})")]
+    TooManyCpus {
+        asked: u32,
+        available: u32,
+        nodes: String,
+    },
+    #[error(
+        "asks for {asked} CPUs on one NUMA node (--numa-local), but the largest node has {largest}"
+    )]
+    TooManyCpusForNode { asked: u32, largest: u32 },
+    #[error("a memory budget of 0 bytes is not possible; give at least 1M")]
+    ZeroMemory,
+    #[error("asks for {asked} of memory, but jobs here can use at most {available}")]
+    TooMuchMemory { asked: String, available: String },
+    #[error("asks for {asked} of memory on one NUMA node (--numa-local), but the largest node has {largest}")]
+    TooMuchMemoryForNode { asked: String, largest: String },
+    #[error("a time limit of 0 seconds is not possible")]
+    ZeroTimeLimit,
+    #[error("time limit {asked}s is longer than the admin's maximum job lifetime {max}s")]
+    TimeLimitTooLong { asked: u64, max: u64 },
+    #[error("--device-ids and --exclude-device-ids cannot be combined")]
+    IdsWithExclude,
+    #[error("asks for {count} devices but names {ids} device IDs; the count must match the IDs")]
+    CountMismatch { count: u32, ids: usize },
+    #[error("device ID {0} is named twice")]
+    DuplicateId(u32),
+    #[error("asks for devices, but this machine has no accelerators (use -g 0 for a CPU job)")]
+    NoDevices,
+    #[error("asks for {vendor} devices, but this machine has none (it has: {have})")]
+    NoSuchVendor { vendor: Vendor, have: String },
+    #[error("unknown {vendor} device ID {id} (this machine has {vendor} IDs {have})")]
+    UnknownId {
+        vendor: Vendor,
+        id: u32,
+        have: String,
+    },
+    #[error("no single vendor has all of the device IDs {ids} (this machine has: {have}); pass --device to choose one")]
+    IdsSpanVendors { ids: String, have: String },
+    #[error("{vendor} device {id} is disabled by the admin")]
+    DisabledId { vendor: Vendor, id: u32 },
+    #[error(
+        "asks for {count} devices, but no vendor here has that many enabled (enabled: {have})"
+    )]
+    TooManyDevices { count: u32, have: String },
+    #[error("a device count without devices: -x needs -g N with N > 0")]
+    ExcludeWithoutCount,
+}
+
+/// Formats bytes the way users type them (`64G`, `512M`, `1536K`).
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for (size, unit) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    for (size, unit) in UNITS {
+        if bytes >= size {
+            return format!("{:.1}{unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes}B")
+}
+
+fn check_unique(ids: &[u32]) -> Result<(), RequestError> {
+    let mut seen = std::collections::HashSet::new();
+    for id in ids {
+        if !seen.insert(*id) {
+            return Err(RequestError::DuplicateId(*id));
+        }
+    }
+    Ok(())
+}
+
+/// The default memory budget for `cpus` CPUs: their share of the machine's
+/// memory per CPU (equal to the node share on a uniform machine), floored at
+/// `min_job_mem` and capped at what exists.
+pub fn default_budget(machine: &Machine, cpus: u32, limits: &Limits) -> u64 {
+    let topo = &machine.topology;
+    let total = topo.total_mem();
+    let share = (total as u128 * cpus as u128 / topo.total_cpus().max(1) as u128) as u64;
+    share.max(limits.min_job_mem).min(total)
+}
+
+/// Checks `req` against what this machine can ever give and settles its budget.
+pub fn validate(req: &Request, machine: &Machine, limits: &Limits) -> Result<Demand, RequestError> {
+    let topo = &machine.topology;
+    if req.cpus == 0 {
+        return Err(RequestError::ZeroCpus);
+    }
+    let total_cpus = topo.total_cpus();
+    if req.cpus > total_cpus {
+        let nodes = topo
+            .nodes
+            .iter()
+            .map(|n| format!("node{}: {} CPUs", n.id, n.cpus.len()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(RequestError::TooManyCpus {
+            asked: req.cpus,
+            available: total_cpus,
+            nodes,
+        });
+    }
+    let (mem_bytes, mem_default) = match req.mem_bytes {
+        Some(0) => return Err(RequestError::ZeroMemory),
+        Some(m) => (m, false),
+        None if req.exclusive => (topo.total_mem(), true),
+        None => (default_budget(machine, req.cpus, limits), true),
+    };
+    if mem_bytes > topo.total_mem() {
+        return Err(RequestError::TooMuchMemory {
+            asked: format_bytes(mem_bytes),
+            available: format_bytes(topo.total_mem()),
+        });
+    }
+    if req.numa_local && !req.exclusive {
+        let largest_cpus = topo.nodes.iter().map(|n| n.cpus.len()).max().unwrap_or(0);
+        if req.cpus > largest_cpus {
+            return Err(RequestError::TooManyCpusForNode {
+                asked: req.cpus,
+                largest: largest_cpus,
+            });
+        }
+        let largest_mem = topo.nodes.iter().map(|n| n.mem_bytes).max().unwrap_or(0);
+        if mem_bytes > largest_mem {
+            return Err(RequestError::TooMuchMemoryForNode {
+                asked: format_bytes(mem_bytes),
+                largest: format_bytes(largest_mem),
+            });
+        }
+    }
+    let time_limit_secs = match req.time_limit_secs {
+        Some(0) => return Err(RequestError::ZeroTimeLimit),
+        Some(t) if t > limits.max_lifetime_secs => {
+            return Err(RequestError::TimeLimitTooLong {
+                asked: t,
+                max: limits.max_lifetime_secs,
+            })
+        }
+        Some(t) => t,
+        None => limits.max_lifetime_secs,
+    };
+    let devices = validate_devices(&req.devices, machine)?;
+    Ok(Demand {
+        cpus: req.cpus,
+        mem_bytes,
+        mem_default,
+        devices,
+        exclusive: req.exclusive,
+        numa_local: req.numa_local,
+        time_limit_secs,
+    })
+}
+
+fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceRequest, RequestError> {
+    if !d.ids.is_empty() && !d.exclude.is_empty() {
+        return Err(RequestError::IdsWithExclude);
+    }
+    if !d.ids.is_empty() && d.count as usize != d.ids.len() {
+        return Err(RequestError::CountMismatch {
+            count: d.count,
+            ids: d.ids.len(),
+        });
+    }
+    check_unique(&d.ids)?;
+    check_unique(&d.exclude)?;
+    if d.count == 0 {
+        if !d.exclude.is_empty() {
+            return Err(RequestError::ExcludeWithoutCount);
+        }
+        // A CPU job: a vendor named with -g 0 changes nothing.
+        return Ok(DeviceRequest::default());
+    }
+    if machine.devices.is_empty() {
+        return Err(RequestError::NoDevices);
+    }
+    let have = machine.vendor_summary();
+    let vendors: Vec<Vendor> = match d.vendor {
+        Some(v) if machine.vendor_count(v) == 0 => {
+            return Err(RequestError::NoSuchVendor { vendor: v, have })
+        }
+        Some(v) => vec![v],
+        None => Vendor::ALL
+            .into_iter()
+            .filter(|v| machine.vendor_count(*v) > 0)
+            .collect(),
+    };
+    if !d.ids.is_empty() {
+        // Exact IDs settle the vendor now: the first that has every ID.
+        let vendor = vendors
+            .iter()
+            .copied()
+            .find(|v| d.ids.iter().all(|id| machine.slot(*v, *id).is_some()));
+        let Some(vendor) = vendor else {
+            if let [v] = vendors[..] {
+                let id = d
+                    .ids
+                    .iter()
+                    .copied()
+                    .find(|id| machine.slot(v, *id).is_none());
+                return Err(RequestError::UnknownId {
+                    vendor: v,
+                    id: id.unwrap_or_default(),
+                    have: machine.vendor_ids(v),
+                });
+            }
+            let ids = d
+                .ids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            return Err(RequestError::IdsSpanVendors { ids, have });
+        };
+        for id in &d.ids {
+            if machine
+                .slot(vendor, *id)
+                .is_some_and(|s| machine.devices[s].disabled)
+            {
+                return Err(RequestError::DisabledId { vendor, id: *id });
+            }
+        }
+        return Ok(DeviceRequest {
+            count: d.count,
+            vendor: Some(vendor),
+            ids: d.ids.clone(),
+            exclude: Vec::new(),
+        });
+    }
+    if let [v] = vendors[..] {
+        if let Some(id) = d.exclude.iter().find(|id| machine.slot(v, **id).is_none()) {
+            return Err(RequestError::UnknownId {
+                vendor: v,
+                id: *id,
+                have: machine.vendor_ids(v),
+            });
+        }
+    }
+    let fits = vendors.iter().any(|v| {
+        let usable = machine
+            .devices
+            .iter()
+            .filter(|dev| dev.vendor == *v && !dev.disabled && !d.exclude.contains(&dev.index))
+            .count();
+        usable >= d.count as usize
+    });
+    if !fits {
+        return Err(RequestError::TooManyDevices {
+            count: d.count,
+            have: machine.enabled_summary(),
+        });
+    }
+    Ok(d.clone())
+}

@@ -1,0 +1,397 @@
+//! The scheduler: queue, running jobs, books, and one pass that decides which
+//! jobs start now with which resources.
+//!
+//! A pass walks the queue in policy order and stops as early as it can prove
+//! nothing more will start (the running limit, no CPU left in the view later
+//! jobs may use, fifo-strict's blocked head). Request shapes that failed are
+//! remembered for the rest of the pass (free resources only shrink during a
+//! pass, so a shape that failed keeps failing), which makes a pass over a long
+//! queue of similar jobs cost one hash lookup per job. Pending reasons are not
+//! stored per job; [`Scheduler::reason`] derives one on demand from the state
+//! the last pass left.
+
+use super::alloc::{place, Allocation};
+use super::books::{Avail, Books};
+use super::device::{Health, Vendor};
+use super::machine::Machine;
+use super::policy::Policy;
+use super::reason::Reason;
+use super::request::{validate, Demand, Limits, Request, RequestError};
+use super::JobId;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A job that holds resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    pub alloc: Allocation,
+    /// When its time limit ends, in seconds since the epoch.
+    pub deadline: u64,
+}
+
+/// What the last pass left behind, to derive pending reasons from.
+#[derive(Debug, Clone, Default)]
+struct PassInfo {
+    /// The first job that did not fit.
+    head: Option<JobId>,
+    /// The head's reserved start under strict-backfill.
+    shadow: Option<u64>,
+}
+
+/// The easy-backfill budget: idle resources frozen when `head` first blocked.
+#[derive(Debug, Clone)]
+struct Budget {
+    head: JobId,
+    avail: Avail,
+}
+
+/// Queue order: `(rank, id)`; rank is 0 except under largest-first.
+type QueueKey = (u32, JobId);
+
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    machine: Machine,
+    books: Books,
+    running: HashMap<JobId, Running>,
+    queue: BTreeMap<QueueKey, Demand>,
+    ranks: HashMap<JobId, u32>,
+    policy: Policy,
+    limits: Limits,
+    budget: Option<Budget>,
+    last: PassInfo,
+}
+
+/// The shape of a demand, for remembering failures within a pass. Demands with
+/// exact or excluded IDs are never cached.
+#[derive(Hash, PartialEq, Eq)]
+struct Shape {
+    cpus: u32,
+    mem: u64,
+    count: u32,
+    vendor: Option<Vendor>,
+    exclusive: bool,
+    numa_local: bool,
+    short: bool,
+}
+
+impl Scheduler {
+    pub fn new(machine: Machine, policy: Policy, limits: Limits) -> Scheduler {
+        Scheduler {
+            books: Books::new(&machine),
+            machine,
+            running: HashMap::new(),
+            queue: BTreeMap::new(),
+            ranks: HashMap::new(),
+            policy,
+            limits,
+            budget: None,
+            last: PassInfo::default(),
+        }
+    }
+
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn free(&self) -> &Avail {
+        &self.books.free
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn running(&self, id: JobId) -> Option<&Running> {
+        self.running.get(&id)
+    }
+
+    pub fn is_pending(&self, id: JobId) -> bool {
+        self.ranks.contains_key(&id)
+    }
+
+    /// The job holding device `slot`.
+    pub fn holder(&self, slot: usize) -> Option<JobId> {
+        self.books.holder.get(slot).copied().flatten()
+    }
+
+    /// Checks a request against this machine; see [`validate`].
+    pub fn validate(&self, req: &Request) -> Result<Demand, RequestError> {
+        validate(req, &self.machine, &self.limits)
+    }
+
+    fn rank(&self, d: &Demand) -> u32 {
+        match self.policy {
+            Policy::LargestFirst => u32::MAX - d.devices.count,
+            _ => 0,
+        }
+    }
+
+    /// Queues a validated demand.
+    pub fn enqueue(&mut self, id: JobId, demand: Demand) {
+        let rank = self.rank(&demand);
+        self.ranks.insert(id, rank);
+        self.queue.insert((rank, id), demand);
+    }
+
+    /// Removes a pending job; false when it was not pending.
+    pub fn dequeue(&mut self, id: JobId) -> bool {
+        match self.ranks.remove(&id) {
+            Some(rank) => self.queue.remove(&(rank, id)).is_some(),
+            None => false,
+        }
+    }
+
+    pub fn demand(&self, id: JobId) -> Option<&Demand> {
+        self.ranks.get(&id).and_then(|r| self.queue.get(&(*r, id)))
+    }
+
+    /// Records a job that already holds `alloc` (one re-adopted after a restart).
+    pub fn adopt(&mut self, id: JobId, alloc: Allocation, deadline: u64) {
+        self.books.charge(&self.machine, id, &alloc);
+        self.running.insert(id, Running { alloc, deadline });
+    }
+
+    /// Releases a running job's resources.
+    pub fn finish(&mut self, id: JobId) -> Option<Allocation> {
+        let r = self.running.remove(&id)?;
+        self.books.release(&self.machine, id, &r.alloc);
+        Some(r.alloc)
+    }
+
+    /// Changes a running job's deadline (an admin retime).
+    pub fn set_deadline(&mut self, id: JobId, deadline: u64) -> bool {
+        match self.running.get_mut(&id) {
+            Some(r) => {
+                r.deadline = deadline;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Switches policy live; the queue is re-ordered and any budget dropped.
+    pub fn set_policy(&mut self, policy: Policy) {
+        if policy == self.policy {
+            return;
+        }
+        self.policy = policy;
+        self.budget = None;
+        let old = std::mem::take(&mut self.queue);
+        self.ranks.clear();
+        for ((_, id), d) in old {
+            self.enqueue(id, d);
+        }
+    }
+
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    /// Sets a device's monitoring state.
+    pub fn set_health(&mut self, slot: usize, health: Health) {
+        if let Some(d) = self.machine.devices.get_mut(slot) {
+            d.health = health;
+        }
+    }
+
+    /// Disables or enables devices. All `ids` must exist or nothing changes.
+    pub fn set_disabled(
+        &mut self,
+        vendor: Vendor,
+        ids: &[u32],
+        disabled: bool,
+    ) -> Result<(), RequestError> {
+        let mut slots = Vec::new();
+        for id in ids {
+            match self.machine.slot(vendor, *id) {
+                Some(s) if !slots.contains(&s) => slots.push(s),
+                Some(_) => return Err(RequestError::DuplicateId(*id)),
+                None => {
+                    return Err(RequestError::UnknownId {
+                        vendor,
+                        id: *id,
+                        have: self.machine.vendor_ids(vendor),
+                    })
+                }
+            }
+        }
+        for s in slots {
+            self.machine.devices[s].disabled = disabled;
+        }
+        Ok(())
+    }
+
+    fn exclusive_running(&self) -> bool {
+        self.running.values().any(|r| r.alloc.exclusive)
+    }
+
+    /// One scheduling pass at time `now`: the jobs to start and their
+    /// allocations, already charged to the books and counted as running.
+    pub fn schedule(&mut self, now: u64) -> Vec<(JobId, Allocation)> {
+        let mut starts: Vec<(JobId, Allocation)> = Vec::new();
+        let mut head: Option<JobId> = None;
+        // What jobs after the head may use (backfill policies).
+        let mut view: Option<Avail> = None;
+        let mut shadow: Option<u64> = None;
+        let mut failed: HashSet<Shape> = HashSet::new();
+        let max_running = self.limits.max_running as usize;
+        let machine = &self.machine;
+        for (&(_, id), demand) in &self.queue {
+            if self.running.len() >= max_running || self.books.free.cpus.is_empty() {
+                break;
+            }
+            let short = shadow.is_some_and(|s| now.saturating_add(demand.time_limit_secs) <= s);
+            let cacheable = demand.devices.ids.is_empty() && demand.devices.exclude.is_empty();
+            let shape = Shape {
+                cpus: demand.cpus,
+                mem: demand.mem_bytes,
+                count: demand.devices.count,
+                vendor: demand.devices.vendor,
+                exclusive: demand.exclusive,
+                numa_local: demand.numa_local,
+                short,
+            };
+            if cacheable && failed.contains(&shape) {
+                continue;
+            }
+            // Short jobs under strict-backfill may use everything free.
+            let avail = match (&view, short) {
+                (Some(v), false) => v,
+                _ => &self.books.free,
+            };
+            match place(demand, machine, avail) {
+                Ok(alloc) => {
+                    self.books.charge(machine, id, &alloc);
+                    if let Some(v) = view.as_mut() {
+                        v.take(machine, &alloc);
+                    }
+                    if let Some(b) = self.budget.as_mut() {
+                        b.avail.take(machine, &alloc);
+                    }
+                    let deadline = now.saturating_add(demand.time_limit_secs);
+                    self.running.insert(
+                        id,
+                        Running {
+                            alloc: alloc.clone(),
+                            deadline,
+                        },
+                    );
+                    starts.push((id, alloc));
+                }
+                // A job waiting on devices that are busy outside xlurm, unknown
+                // or disabled holds nothing back: freeing resources would not
+                // help it, so it does not become the head.
+                Err(Reason::DevicesBusy | Reason::DevicesUnknown | Reason::DevicesDisabled) => {}
+                Err(_) if head.is_none() => {
+                    head = Some(id);
+                    match self.policy {
+                        Policy::FifoStrict => break,
+                        Policy::LargestFirst => {}
+                        Policy::EasyBackfill => {
+                            let budget = match &self.budget {
+                                Some(b) if b.head == id => b.avail.intersect(&self.books.free),
+                                _ => self.books.free.clone(),
+                            };
+                            self.budget = Some(Budget {
+                                head: id,
+                                avail: budget.clone(),
+                            });
+                            view = Some(budget);
+                        }
+                        Policy::StrictBackfill => {
+                            let (time, plan) =
+                                reserve_for_head(demand, machine, &self.books.free, &self.running);
+                            let mut long_view = self.books.free.clone();
+                            if let Some(plan) = &plan {
+                                long_view.take(machine, plan);
+                            }
+                            shadow = Some(time);
+                            view = Some(long_view);
+                        }
+                    }
+                }
+                Err(_) => {
+                    if cacheable {
+                        failed.insert(shape);
+                    }
+                    if view.as_ref().is_some_and(|v| v.cpus.is_empty())
+                        && self.policy != Policy::StrictBackfill
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        for (id, _) in &starts {
+            self.dequeue(*id);
+        }
+        if head.is_none() || self.policy != Policy::EasyBackfill {
+            self.budget = None;
+        }
+        self.last = PassInfo { head, shadow };
+        starts
+    }
+
+    /// Why pending job `id` has not started, judged against the state the last
+    /// pass left; `None` when the job is not pending.
+    pub fn reason(&self, id: JobId) -> Option<Reason> {
+        let demand = self.demand(id)?;
+        if self.exclusive_running() {
+            return Some(Reason::Exclusive);
+        }
+        let free = &self.books.free;
+        let now_fit = place(demand, &self.machine, free).err();
+        if self.running.len() >= self.limits.max_running as usize {
+            return Some(Reason::MaxRunning);
+        }
+        Some(match self.last.head {
+            Some(h) if h == id => now_fit.unwrap_or(Reason::Priority),
+            Some(_) if self.policy == Policy::FifoStrict => Reason::Priority,
+            _ => now_fit.unwrap_or(Reason::Priority),
+        })
+    }
+
+    /// The head's reserved start under strict-backfill, from the last pass.
+    pub fn reserved_start(&self) -> Option<(JobId, u64)> {
+        Some((self.last.head?, self.last.shadow?))
+    }
+}
+
+/// When the blocked `head` can start if running jobs hold their resources
+/// until their deadlines, and what it would get then. Without a time at which
+/// it fits (devices busy outside xlurm, say), the reservation is "never" and
+/// reserves nothing.
+fn reserve_for_head(
+    head: &Demand,
+    machine: &Machine,
+    free: &Avail,
+    running: &HashMap<JobId, Running>,
+) -> (u64, Option<Allocation>) {
+    let mut ends: Vec<(u64, JobId)> = running.iter().map(|(id, r)| (r.deadline, *id)).collect();
+    ends.sort_unstable();
+    let mut sim = free.clone();
+    let mut i = 0;
+    while i < ends.len() {
+        let t = ends[i].0;
+        // Release every job ending at `t` before trying.
+        while i < ends.len() && ends[i].0 == t {
+            sim.give(machine, &running[&ends[i].1].alloc);
+            i += 1;
+        }
+        if let Ok(plan) = place(head, machine, &sim) {
+            return (t, Some(plan));
+        }
+    }
+    (u64::MAX, None)
+}

@@ -1,0 +1,7 @@
+//! xlurm: a systemd-native batch scheduler for one shared machine.
+//!
+//! The crate is split into a pure core (`core`: resources, requests, placement and
+//! policies; no I/O) and the edges that talk to the world (D-Bus server, systemd
+//! client, vendor libraries, CLI). See `docs/ARCHITECTURE.md`.
+
+pub mod core;

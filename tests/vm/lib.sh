@@ -1,0 +1,94 @@
+# Helpers for VM scenarios (tests/vm/scenarios/*.sh). Source it first thing:
+#   . "$XLURM_VM_LIB"
+# Scenarios run as root inside the VM with `bash -euo pipefail`, cwd = the staged project.
+
+# Print what is being checked.
+check() { printf '== %s\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+
+# fail MSG: stop the scenario.
+fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+
+# assert_eq EXPECTED ACTUAL MSG
+assert_eq() {
+    if [ "$1" != "$2" ]; then
+        fail "${3:-values differ}: expected [$1], got [$2]"
+    fi
+    note "ok: ${3:-equal} ($2)"
+}
+
+# assert_ne UNEXPECTED ACTUAL MSG
+assert_ne() {
+    if [ "$1" = "$2" ]; then fail "${3:-values equal}: got [$2]"; fi
+    note "ok: ${3:-differs} ($2)"
+}
+
+# assert_contains HAYSTACK NEEDLE MSG
+assert_contains() {
+    case $1 in
+        *"$2"*) note "ok: ${3:-contains} [$2]" ;;
+        *) printf '%s\n' "---- text searched ----" "$1" "----" >&2
+           fail "${3:-missing text}: [$2] not found" ;;
+    esac
+}
+
+# assert_not_contains HAYSTACK NEEDLE MSG
+assert_not_contains() {
+    case $1 in
+        *"$2"*) printf '%s\n' "---- text searched ----" "$1" "----" >&2
+                fail "${3:-unexpected text}: [$2] found" ;;
+        *) note "ok: ${3:-does not contain} [$2]" ;;
+    esac
+}
+
+# assert_ok CMD...: the command must succeed. assert_fails CMD...: it must fail.
+assert_ok() { "$@" || fail "command failed ($?): $*"; note "ok: $*"; }
+assert_fails() { if "$@"; then fail "command unexpectedly succeeded: $*"; fi; note "ok (fails as expected): $*"; }
+
+# wait_for CMD TIMEOUT [INTERVAL]: evaluate the shell string CMD until it succeeds;
+# fail the scenario after TIMEOUT seconds (default 30).
+wait_for() {
+    local cmd=$1 limit=${2:-30} step=${3:-0.2} end
+    end=$(( $(date +%s) + limit ))
+    until eval "$cmd"; do
+        [ "$(date +%s)" -lt "$end" ] || fail "timed out after ${limit}s waiting for: $cmd"
+        sleep "$step"
+    done
+}
+
+# as_user USER CMD...: run CMD as USER with a fresh login-like environment (HOME, USER,
+# LOGNAME, SHELL, PATH), the user's groups, in their home directory, without PAM or a
+# logind session (setpriv). Its exit status is returned.
+as_user() {
+    local u=$1 home
+    shift
+    home=$(getent passwd "$u" | cut -d: -f6) || fail "no such user: $u"
+    (cd "$home" && setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups --reset-env \
+        env LANG=C.UTF-8 "$@")
+}
+
+# as_user_sh USER 'SHELL STRING': as_user with a bash -c string.
+as_user_sh() { local u=$1; shift; as_user "$u" bash -c "$1"; }
+
+# unit_prop UNIT PROPERTY: one property's value (systemctl show).
+unit_prop() { systemctl show -p "$2" --value "$1"; }
+
+# wait_unit_state UNIT 'STATE...' [TIMEOUT]: wait until the unit's SubState is one of STATEs.
+wait_unit_state() {
+    local unit=$1 states=$2 limit=${3:-60}
+    wait_for "case \" $states \" in *\" \$(unit_prop $unit SubState) \"*) true;; *) false;; esac" "$limit"
+}
+
+# forget_unit UNIT: stop it and clear a failed state so the name can be reused.
+forget_unit() {
+    systemctl stop "$1" 2>/dev/null || true
+    systemctl reset-failed "$1" 2>/dev/null || true
+}
+
+# need_bin NAME: fail clearly when a project binary was not installed.
+need_bin() {
+    command -v "$1" >/dev/null || fail "$1 is not installed in the VM (binaries not staged? run without XLURM_VM_SKIP_BUILD=1 or build target/release first)"
+}
+
+# journal_of UNIT: the unit's journal lines (message text only).
+journal_of() { journalctl --no-pager -q -o cat -u "$1"; }
