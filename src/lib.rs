@@ -5,3 +5,4 @@
 //! client, vendor libraries, CLI). See `docs/ARCHITECTURE.md`.
 
 pub mod core;
+pub mod daemon;

@@ -1,0 +1,203 @@
+//! A job as the daemon keeps it: what was submitted, where it is, how it ended.
+
+use crate::core::{Allocation, Demand, JobId, Request};
+use serde::{Deserialize, Serialize};
+
+/// Job states, named as Slurm users know them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Running,
+    /// Exited 0.
+    Completed,
+    /// Exited non-zero, or killed by a signal.
+    Failed,
+    Cancelled,
+    /// Ran past its time limit.
+    Timeout,
+    OutOfMemory,
+    /// systemd could not start it (bad user, missing binary, ...).
+    LaunchFailed,
+    /// Its unit vanished while the daemon was down, without a result (a reboot).
+    Lost,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 9] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::OutOfMemory,
+        JobState::LaunchFailed,
+        JobState::Lost,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::LaunchFailed => "LAUNCH_FAILED",
+            JobState::Lost => "LOST",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.name().eq_ignore_ascii_case(s))
+    }
+
+    pub fn is_final(self) -> bool {
+        !matches!(self, JobState::Pending | JobState::Running)
+    }
+}
+
+/// How a finished job ended, as read from its unit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// systemd's `Result` (`success`, `exit-code`, `signal`, `timeout`, `oom-kill`, ...).
+    pub result: String,
+    /// Exit status when it exited; `None` when killed.
+    pub exit_status: Option<i32>,
+    /// The signal that killed it.
+    pub signal: Option<i32>,
+    /// A one-line explanation for states other than COMPLETED/FAILED.
+    pub detail: String,
+    pub cpu_nsec: Option<u64>,
+    pub memory_peak: Option<u64>,
+}
+
+/// What runs: a command line, or a batch script snapshot run under bash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub argv: Vec<String>,
+    /// The batch script's contents, if this is a batch job. Kept root-only.
+    pub script: Option<String>,
+    pub cwd: String,
+    /// The forwarded environment, `None` for a clean one. Dropped once the job starts.
+    pub env: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub name: String,
+    pub uid: u32,
+    pub user: String,
+    pub command: Command,
+    pub request: Request,
+    pub demand: Demand,
+    pub state: JobState,
+    /// Microseconds since the epoch.
+    pub submit_usec: u64,
+    pub start_usec: u64,
+    pub end_usec: u64,
+    pub alloc: Option<Allocation>,
+    pub unit: String,
+    /// systemd's InvocationID of the unit, hex.
+    pub invocation_id: String,
+    pub outcome: Option<Outcome>,
+    /// Set when a cancel was asked for while it ran (by whom).
+    pub cancel_requested_by: Option<u32>,
+}
+
+impl Job {
+    pub fn unit_name(id: JobId) -> String {
+        format!("xlurm-job-{id}.service")
+    }
+
+    /// The job ID in a unit name `xlurm-job-<id>.service`.
+    pub fn id_from_unit(unit: &str) -> Option<JobId> {
+        unit.strip_prefix("xlurm-job-")?
+            .strip_suffix(".service")?
+            .parse()
+            .ok()
+    }
+
+    /// The exit code the CLI reports: the status, 128+signal, or fixed codes
+    /// for states without one (see the README).
+    pub fn exit_code(&self) -> Option<i32> {
+        let o = self.outcome.as_ref()?;
+        Some(match self.state {
+            JobState::Completed | JobState::Failed => match (o.exit_status, o.signal) {
+                (Some(s), _) => s,
+                (None, Some(sig)) => 128 + sig,
+                _ => 1,
+            },
+            JobState::Timeout => 124,
+            JobState::OutOfMemory => 137,
+            JobState::Cancelled => 130,
+            JobState::LaunchFailed => 125,
+            JobState::Lost => 126,
+            JobState::Pending | JobState::Running => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_names_round_trip() {
+        assert_eq!(Job::unit_name(42), "xlurm-job-42.service");
+        assert_eq!(Job::id_from_unit("xlurm-job-42.service"), Some(42));
+        assert_eq!(Job::id_from_unit("xlurm-job-x.service"), None);
+        assert_eq!(Job::id_from_unit("xlurmd.service"), None);
+    }
+
+    #[test]
+    fn state_names_parse() {
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.name()), Some(s));
+        }
+        assert_eq!(JobState::parse("bogus"), None);
+        assert!(JobState::Lost.is_final() && !JobState::Running.is_final());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+    use crate::core::{Limits, Machine, Request, Topology};
+
+    /// A finished job with the given state and outcome, for exit-code tests.
+    pub fn job_with(state: JobState, outcome: Outcome) -> Job {
+        let machine = Machine::new(Topology::single(1, 1 << 30), vec![]);
+        let request = Request::default();
+        let demand = crate::core::request::validate(&request, &machine, &Limits::default())
+            .expect("default request fits");
+        Job {
+            id: 1,
+            name: "t".into(),
+            uid: 1000,
+            user: "u".into(),
+            command: Command {
+                argv: vec!["/bin/true".into()],
+                script: None,
+                cwd: "/".into(),
+                env: None,
+            },
+            request,
+            demand,
+            state,
+            submit_usec: 0,
+            start_usec: 0,
+            end_usec: 0,
+            alloc: None,
+            unit: Job::unit_name(1),
+            invocation_id: String::new(),
+            outcome: Some(outcome),
+            cancel_requested_by: None,
+        }
+    }
+}

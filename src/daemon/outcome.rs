@@ -1,0 +1,224 @@
+//! Turning a finished unit's properties into a job's final state.
+//!
+//! systemd's `ActiveState`/`SubState`/`Result`/`ExecMain*` are kept raw in
+//! [`UnitStatus`] and interpreted only here.
+
+use super::job::{JobState, Outcome};
+
+/// The unit properties xlurm reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitStatus {
+    pub active_state: String,
+    pub sub_state: String,
+    pub result: String,
+    /// 0 not yet, 1 exited, 2 killed, 3 dumped core.
+    pub exec_main_code: i32,
+    pub exec_main_status: i32,
+    pub memory_peak: Option<u64>,
+    pub memory_max: Option<u64>,
+    pub cpu_nsec: Option<u64>,
+    pub invocation_id: String,
+}
+
+impl UnitStatus {
+    /// Whether the job's process is gone and a result can be read. Units run with
+    /// `RemainAfterExit=yes`, so a clean exit shows as `active/exited`.
+    pub fn finished(&self) -> bool {
+        matches!(self.active_state.as_str(), "failed" | "inactive")
+            || self.sub_state == "exited"
+            || self.exec_main_code > 0 && self.active_state != "activating"
+    }
+
+    pub fn running(&self) -> bool {
+        !self.finished()
+    }
+}
+
+/// The name systemd gives its own launch failure statuses (200-243).
+pub fn launch_failure_name(status: i32) -> Option<&'static str> {
+    Some(match status {
+        200 => "CHDIR: cannot change to the working directory",
+        201 => "NICE",
+        202 => "FDS",
+        203 => {
+            "EXEC: the command could not be executed (missing, not executable, or bad interpreter)"
+        }
+        204 => "MEMORY",
+        205 => "LIMITS",
+        206 => "OOM_ADJUST",
+        207 => "SIGNAL_MASK",
+        208 => "STDIN",
+        209 => "STDOUT",
+        210 => "CHROOT",
+        211 => "IOPRIO",
+        212 => "TIMERSLACK",
+        213 => "SECUREBITS",
+        214 => "SETSCHEDULER",
+        215 => "CPUAFFINITY",
+        216 => "GROUP: the submitter's group could not be set",
+        217 => "USER: the submitter's user could not be set",
+        218 => "CAPABILITIES",
+        219 => "CGROUP",
+        220 => "SETSID",
+        222 => "STDERR",
+        224 => "PAM",
+        226 => "NAMESPACE",
+        227 => "NO_NEW_PRIVILEGES",
+        228 => "SECCOMP",
+        233 => "RUNTIME_DIRECTORY",
+        238 => "STATE_DIRECTORY",
+        242 => "NUMA_POLICY",
+        243 => "CREDENTIALS: the batch script snapshot could not be passed",
+        200..=243 => "systemd could not set up the job",
+        _ => return None,
+    })
+}
+
+const SIGKILL: i32 = 9;
+
+/// The final state of a finished unit. `cancelled` says whether xlurm (or an
+/// admin through xlurm) asked it to stop.
+pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
+    let mut o = Outcome {
+        result: u.result.clone(),
+        exit_status: (u.exec_main_code == 1).then_some(u.exec_main_status),
+        signal: matches!(u.exec_main_code, 2 | 3).then_some(u.exec_main_status),
+        detail: String::new(),
+        cpu_nsec: u.cpu_nsec,
+        memory_peak: u.memory_peak,
+    };
+    // The kernel OOM kill can be reported as a plain SIGKILL (systemd PR #39342):
+    // count it as OOM when the peak reached the limit.
+    let oom_race = o.signal == Some(SIGKILL)
+        && matches!((u.memory_peak, u.memory_max), (Some(p), Some(m)) if m > 0 && p >= m - m / 64);
+    let state = if u.result == "oom-kill" || oom_race && !cancelled {
+        o.detail = "killed for exceeding its memory budget (MemoryMax)".into();
+        JobState::OutOfMemory
+    } else if u.result == "timeout" {
+        o.detail = "killed at its time limit".into();
+        JobState::Timeout
+    } else if cancelled {
+        o.detail = "cancelled".into();
+        JobState::Cancelled
+    } else if let Some(name) = o.exit_status.and_then(launch_failure_name) {
+        o.detail = format!("systemd could not start it: {name}");
+        JobState::LaunchFailed
+    } else if matches!(
+        u.result.as_str(),
+        "resources" | "start-limit-hit" | "protocol"
+    ) {
+        o.detail = format!("systemd could not start it: {}", u.result);
+        JobState::LaunchFailed
+    } else if o.exit_status == Some(0) {
+        JobState::Completed
+    } else if let Some(sig) = o.signal {
+        o.detail = format!("killed by signal {sig}");
+        JobState::Failed
+    } else if o.exit_status.is_some() {
+        JobState::Failed
+    } else {
+        // Stopped from outside (systemctl stop) before an exit was recorded.
+        o.detail = format!(
+            "its unit stopped without an exit status (result: {})",
+            u.result
+        );
+        JobState::Cancelled
+    };
+    (state, o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(result: &str, code: i32, status: i32) -> UnitStatus {
+        UnitStatus {
+            active_state: if result == "success" {
+                "active"
+            } else {
+                "failed"
+            }
+            .into(),
+            sub_state: if result == "success" {
+                "exited"
+            } else {
+                "failed"
+            }
+            .into(),
+            result: result.into(),
+            exec_main_code: code,
+            exec_main_status: status,
+            memory_peak: Some(10 << 20),
+            memory_max: Some(64 << 20),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_result_maps_to_a_state() {
+        let cases = [
+            (unit("success", 1, 0), false, JobState::Completed, Some(0)),
+            (unit("exit-code", 1, 7), false, JobState::Failed, Some(7)),
+            (unit("signal", 2, 11), false, JobState::Failed, Some(139)),
+            (unit("timeout", 2, 15), false, JobState::Timeout, Some(124)),
+            (
+                unit("oom-kill", 2, 9),
+                false,
+                JobState::OutOfMemory,
+                Some(137),
+            ),
+            (
+                unit("exit-code", 1, 203),
+                false,
+                JobState::LaunchFailed,
+                Some(125),
+            ),
+            (
+                unit("exit-code", 1, 217),
+                false,
+                JobState::LaunchFailed,
+                Some(125),
+            ),
+            (unit("success", 2, 15), true, JobState::Cancelled, Some(130)),
+            (
+                unit("resources", 0, 0),
+                false,
+                JobState::LaunchFailed,
+                Some(125),
+            ),
+        ];
+        for (u, cancelled, want, code) in cases {
+            let (state, outcome) = classify(&u, cancelled);
+            assert_eq!(state, want, "{u:?}");
+            let job = crate::daemon::job::tests_support::job_with(state, outcome);
+            assert_eq!(job.exit_code(), code, "{u:?}");
+        }
+    }
+
+    #[test]
+    fn sigkill_at_the_memory_limit_is_oom() {
+        let mut u = unit("signal", 2, 9);
+        u.memory_peak = Some(64 << 20);
+        assert_eq!(classify(&u, false).0, JobState::OutOfMemory);
+        u.memory_peak = Some(1 << 20);
+        assert_eq!(classify(&u, false).0, JobState::Failed);
+    }
+
+    #[test]
+    fn launch_failures_explain_themselves() {
+        let (_, o) = classify(&unit("exit-code", 1, 203), false);
+        assert!(o.detail.contains("EXEC"), "{}", o.detail);
+        assert!(launch_failure_name(199).is_none());
+    }
+
+    #[test]
+    fn finished_follows_remain_after_exit() {
+        let mut u = unit("success", 1, 0);
+        assert!(u.finished());
+        u.sub_state = "running".into();
+        u.exec_main_code = 0;
+        assert!(u.running());
+        u.active_state = "failed".into();
+        assert!(u.finished());
+    }
+}

@@ -1,0 +1,327 @@
+//! Checking a submission's `a{sv}` spec. Every malformed spec is refused with
+//! a message naming the key and what is valid; nothing is half-accepted.
+
+use crate::core::{DeviceRequest, Request, Vendor};
+use std::collections::HashMap;
+use zbus::{OwnedVariant, Variant};
+
+/// Bounds on what one submission may carry.
+pub const MAX_ARGV_BYTES: usize = 1 << 20;
+pub const MAX_ARGS: usize = 65_536;
+pub const MAX_ENV_BYTES: usize = 1 << 20;
+pub const MAX_ENV_VARS: usize = 8_192;
+pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
+pub const MAX_NAME_CHARS: usize = 200;
+pub const MAX_DEVICE_IDS: usize = 1_024;
+
+/// A checked submission, before it meets the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub argv: Vec<String>,
+    pub script: Option<String>,
+    pub cwd: String,
+    pub env: Option<Vec<String>>,
+    pub name: String,
+    pub request: Request,
+}
+
+/// The keys a spec may hold, with their D-Bus types.
+pub const KEYS: [(&str, &str); 15] = [
+    ("argv", "as"),
+    ("script", "s"),
+    ("cwd", "s"),
+    ("env", "as"),
+    ("name", "s"),
+    ("cpus", "u"),
+    ("mem", "t"),
+    ("gpus", "u"),
+    ("vendor", "s"),
+    ("device_ids", "au"),
+    ("exclude_device_ids", "au"),
+    ("exclusive", "b"),
+    ("numa_local", "b"),
+    ("time_limit", "t"),
+    ("clean_env", "b"),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError(msg.into()))
+}
+
+/// Whether systemd accepts `name` as an environment variable name.
+pub fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+struct Reader<'a> {
+    map: &'a HashMap<String, OwnedVariant>,
+}
+
+impl Reader<'_> {
+    fn get<T>(&self, key: &str) -> Result<Option<T>, SpecError>
+    where
+        T: TryFrom<OwnedVariant>,
+    {
+        let Some(v) = self.map.get(key) else {
+            return Ok(None);
+        };
+        let want = KEYS
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, t)| *t)
+            .unwrap_or("?");
+        let got = v.value_signature().to_string();
+        match v.try_clone().ok().and_then(|v| T::try_from(v).ok()) {
+            Some(x) => Ok(Some(x)),
+            None => err(format!("spec key {key:?} must have type {want}, not {got}")),
+        }
+    }
+}
+
+fn check_text(what: &str, s: &str) -> Result<(), SpecError> {
+    if s.contains('\0') {
+        return err(format!("{what} contains a NUL byte"));
+    }
+    Ok(())
+}
+
+/// Checks a spec's keys, types and sizes. Resource checks against the machine
+/// happen later, in `core::request::validate`.
+pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
+    if let Some(k) = map.keys().find(|k| !KEYS.iter().any(|(name, _)| name == k)) {
+        let valid: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+        return err(format!(
+            "unknown spec key {k:?} (valid keys: {})",
+            valid.join(", ")
+        ));
+    }
+    let r = Reader { map };
+    let script: Option<String> = r.get("script")?;
+    let argv: Vec<String> = r.get("argv")?.unwrap_or_default();
+    if argv.is_empty() && script.is_none() {
+        return err("spec key \"argv\" is missing or empty: give the command to run");
+    }
+    if argv.len() > MAX_ARGS || argv.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_ARGV_BYTES {
+        return err(format!("the command line is too long (at most {MAX_ARGS} arguments and {MAX_ARGV_BYTES} bytes)"));
+    }
+    for a in &argv {
+        check_text("an argument", a)?;
+    }
+    if script.is_none() && !argv[0].starts_with('/') {
+        return err(format!(
+            "argv[0] {:?} must be an absolute path (xrun and xbatch resolve it with your PATH)",
+            argv[0]
+        ));
+    }
+    if let Some(s) = &script {
+        if s.len() > MAX_SCRIPT_BYTES {
+            return err(format!(
+                "the batch script is too large (at most {MAX_SCRIPT_BYTES} bytes)"
+            ));
+        }
+        check_text("the batch script", s)?;
+    }
+    let Some(cwd) = r.get::<String>("cwd")? else {
+        return err("spec key \"cwd\" is missing: give the absolute working directory");
+    };
+    check_text("cwd", &cwd)?;
+    if !cwd.starts_with('/') {
+        return err(format!("working directory {cwd:?} is not an absolute path"));
+    }
+    let env: Option<Vec<String>> = r.get("env")?;
+    let clean_env: bool = r.get("clean_env")?.unwrap_or(false);
+    if let Some(env) = &env {
+        if env.len() > MAX_ENV_VARS
+            || env.iter().map(|e| e.len() + 1).sum::<usize>() > MAX_ENV_BYTES
+        {
+            return err(format!("the environment is too large (at most {MAX_ENV_VARS} variables and {MAX_ENV_BYTES} bytes)"));
+        }
+        for kv in env {
+            check_text("an environment entry", kv)?;
+            match kv.split_once('=') {
+                Some((name, _)) if valid_env_name(name) => {}
+                _ => {
+                    return err(format!(
+                        "environment entry {:?} is not NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*",
+                        kv.chars().take(80).collect::<String>()
+                    ))
+                }
+            }
+        }
+    }
+    let name: String = match r.get::<String>("name")? {
+        Some(n) => n,
+        None => derive_name(&argv, script.is_some()),
+    };
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
+    {
+        return err(format!(
+            "job name must be 1-{MAX_NAME_CHARS} printable characters"
+        ));
+    }
+    let vendor = match r.get::<String>("vendor")? {
+        None => None,
+        Some(v) if v == "auto" => None,
+        Some(v) => Some(v.parse::<Vendor>().map_err(|e| SpecError(e.to_string()))?),
+    };
+    let ids: Vec<u32> = r.get("device_ids")?.unwrap_or_default();
+    let exclude: Vec<u32> = r.get("exclude_device_ids")?.unwrap_or_default();
+    if ids.len() > MAX_DEVICE_IDS || exclude.len() > MAX_DEVICE_IDS {
+        return err(format!("at most {MAX_DEVICE_IDS} device IDs"));
+    }
+    let count = match r.get::<u32>("gpus")? {
+        Some(n) => n,
+        None => ids.len() as u32,
+    };
+    let request = Request {
+        cpus: r.get("cpus")?.unwrap_or(1),
+        mem_bytes: r.get("mem")?,
+        devices: DeviceRequest {
+            count,
+            vendor,
+            ids,
+            exclude,
+        },
+        exclusive: r.get("exclusive")?.unwrap_or(false),
+        numa_local: r.get("numa_local")?.unwrap_or(false),
+        time_limit_secs: r.get("time_limit")?,
+    };
+    Ok(Spec {
+        argv,
+        script,
+        cwd,
+        env: if clean_env { None } else { env },
+        name,
+        request,
+    })
+}
+
+fn derive_name(argv: &[String], batch: bool) -> String {
+    let base = argv
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .filter(|s| !s.is_empty());
+    match (base, batch) {
+        (Some(b), _) => b.chars().take(MAX_NAME_CHARS).collect(),
+        (None, true) => "batch".into(),
+        (None, false) => "job".into(),
+    }
+}
+
+/// Builds a spec map from typed values (for clients and tests).
+pub fn entry<'a, V: Into<Variant<'a>>>(key: &str, v: V) -> (String, OwnedVariant) {
+    let v: Variant<'a> = v.into();
+    (
+        key.to_string(),
+        OwnedVariant::try_from(v).unwrap_or_else(|_| OwnedVariant::from(0u8)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> HashMap<String, OwnedVariant> {
+        HashMap::from([
+            entry("argv", vec!["/bin/echo".to_string(), "hi".to_string()]),
+            entry("cwd", "/tmp"),
+        ])
+    }
+
+    fn with(k: &str, v: impl Into<Variant<'static>>) -> HashMap<String, OwnedVariant> {
+        let mut m = base();
+        let (k, v) = entry(k, v);
+        m.insert(k, v);
+        m
+    }
+
+    #[test]
+    fn a_good_spec_parses() {
+        let mut m = base();
+        m.extend([
+            entry("gpus", 2u32),
+            entry("vendor", "nvidia"),
+            entry("mem", 1u64 << 30),
+            entry("env", vec!["A=1".to_string()]),
+        ]);
+        let s = parse(&m).unwrap();
+        assert_eq!(s.name, "echo");
+        assert_eq!(s.request.devices.count, 2);
+        assert_eq!(s.request.devices.vendor, Some(Vendor::Nv));
+        assert_eq!(s.request.mem_bytes, Some(1 << 30));
+        assert_eq!(s.env, Some(vec!["A=1".to_string()]));
+        assert_eq!(s.request.cpus, 1);
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_the_key() {
+        let mut no_argv = base();
+        no_argv.remove("argv");
+        let mut no_cwd = base();
+        no_cwd.remove("cwd");
+        let cases: Vec<(HashMap<String, OwnedVariant>, &str)> = vec![
+            (with("bogus", 1u32), "unknown spec key \"bogus\""),
+            (with("cpus", "four"), "\"cpus\" must have type u, not s"),
+            (with("mem", -1i64), "\"mem\" must have type t, not x"),
+            (with("argv", Vec::<String>::new()), "missing or empty"),
+            (no_argv, "missing or empty"),
+            (no_cwd, "\"cwd\" is missing"),
+            (with("cwd", "relative/dir"), "not an absolute path"),
+            (
+                with("argv", vec!["echo".to_string()]),
+                "must be an absolute path",
+            ),
+            (with("argv", vec!["/bin/x\0y".to_string()]), "NUL"),
+            (with("env", vec!["1BAD=x".to_string()]), "not NAME=VALUE"),
+            (with("env", vec!["NOEQUALS".to_string()]), "not NAME=VALUE"),
+            (with("env", vec!["A-B=1".to_string()]), "not NAME=VALUE"),
+            (with("vendor", "amd"), "unknown device vendor"),
+            (with("name", "a\nb"), "printable"),
+            (with("name", ""), "printable"),
+            (
+                with("argv", vec!["/x".to_string(); MAX_ARGS + 1]),
+                "too long",
+            ),
+            (
+                with("script", "x".repeat(MAX_SCRIPT_BYTES + 1)),
+                "too large",
+            ),
+            (
+                with("device_ids", vec![0u32; MAX_DEVICE_IDS + 1]),
+                "at most",
+            ),
+            (
+                with("env", vec!["A=1".to_string(); MAX_ENV_VARS + 1]),
+                "too large",
+            ),
+        ];
+        for (m, want) in cases {
+            let e = parse(&m).expect_err(want).to_string();
+            assert!(e.contains(want), "{e:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn ids_imply_the_count_and_clean_env_drops_env() {
+        let mut m = with("device_ids", vec![1u32, 3]);
+        m.extend([
+            entry("env", vec!["A=1".to_string()]),
+            entry("clean_env", true),
+        ]);
+        let s = parse(&m).unwrap();
+        assert_eq!(s.request.devices.count, 2);
+        assert_eq!(s.env, None);
+        let batch = HashMap::from([entry("script", "echo hi\n"), entry("cwd", "/")]);
+        let s = parse(&batch).unwrap();
+        assert_eq!(s.name, "batch");
+        assert!(s.argv.is_empty());
+    }
+}

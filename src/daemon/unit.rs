@@ -1,0 +1,289 @@
+//! Every property of a job's transient unit, built in one place.
+//!
+//! The result is the `a(sv)` argument of systemd's `StartTransientUnit`; see
+//! systemd.resource-control(5), systemd.exec(5) and systemd.service(5), and
+//! `../shared/notes/systemd.md` for the D-Bus types.
+
+use super::job::Job;
+use crate::core::JobId;
+use zbus::Variant;
+
+/// Who the job runs as, resolved at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: String,
+    pub group: String,
+    pub supplementary: Vec<String>,
+}
+
+/// Settings of the daemon that shape every unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitSettings {
+    pub slice: String,
+    /// A user manager cannot switch users: `User=` and friends are left out.
+    pub user_mode: bool,
+    /// Where batch script snapshots are kept (root-only).
+    pub script_dir: std::path::PathBuf,
+    /// How long a stopping job gets between SIGTERM and SIGKILL.
+    pub stop_timeout_usec: u64,
+}
+
+/// Every accelerator visibility variable; all are set on every job.
+pub const VISIBILITY_VARS: [&str; 8] = [
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "MTHREADS_VISIBLE_DEVICES",
+    "MUSA_VISIBLE_DEVICES",
+    "MACA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+];
+
+/// Environment names the daemon sets and a job can never override.
+pub fn reserved_env(name: &str) -> bool {
+    name == "XLURM_JOB_ID" || VISIBILITY_VARS.contains(&name)
+}
+
+/// The credential name under which a batch script snapshot is passed.
+pub const SCRIPT_CREDENTIAL: &str = "xlurm-script";
+
+pub fn script_path(settings: &UnitSettings, id: JobId) -> std::path::PathBuf {
+    settings.script_dir.join(id.to_string())
+}
+
+/// `ExecStart`: the command as given, or bash on the script snapshot, which
+/// systemd hands to the job as a credential only the job's user can read.
+fn exec_start(job: &Job) -> (String, Vec<String>) {
+    if job.command.script.is_some() {
+        let mut argv = vec![
+            "bash".to_string(),
+            "-c".to_string(),
+            format!("exec /bin/bash \"$CREDENTIALS_DIRECTORY/{SCRIPT_CREDENTIAL}\" \"$@\""),
+            "bash".to_string(),
+        ];
+        argv.extend(job.command.argv.iter().cloned());
+        ("/bin/bash".to_string(), argv)
+    } else {
+        (job.command.argv[0].clone(), job.command.argv.clone())
+    }
+}
+
+/// The job's environment: what was forwarded (minus reserved names), then
+/// the daemon's own variables.
+pub fn environment(job: &Job, extra: &[(String, String)]) -> Vec<String> {
+    let mut env: Vec<String> = job
+        .command
+        .env
+        .iter()
+        .flatten()
+        .filter(|kv| {
+            let name = kv.split('=').next().unwrap_or("");
+            !reserved_env(name) && !extra.iter().any(|(k, _)| k == name)
+        })
+        .cloned()
+        .collect();
+    env.push(format!("XLURM_JOB_ID={}", job.id));
+    env.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+    env
+}
+
+/// All properties of job `job`'s unit. `devices` is the `DeviceAllow` list,
+/// `visibility` the accelerator variables.
+pub fn properties(
+    job: &Job,
+    settings: &UnitSettings,
+    run_as: Option<&RunAs>,
+    visibility: &[(String, String)],
+    devices: &[(String, String)],
+) -> Vec<(&'static str, Variant<'static>)> {
+    let alloc = job.alloc.as_ref();
+    let (path, argv) = exec_start(job);
+    let mut p: Vec<(&'static str, Variant<'static>)> = vec![
+        (
+            "Description",
+            Variant::from(format!(
+                "xlurm job {} ({}) of {}",
+                job.id, job.name, job.user
+            )),
+        ),
+        ("Slice", Variant::from(settings.slice.clone())),
+        ("Type", Variant::from("exec")),
+        ("ExecStart", Variant::from(vec![(path, argv, false)])),
+        ("WorkingDirectory", Variant::from(job.command.cwd.clone())),
+        ("Environment", Variant::from(environment(job, visibility))),
+        ("StandardInput", Variant::from("null")),
+        ("StandardOutput", Variant::from("journal")),
+        ("StandardError", Variant::from("journal")),
+        (
+            "LogExtraFields",
+            Variant::from(vec![format!("XLURM_JOB_ID={}", job.id).into_bytes()]),
+        ),
+        ("LogRateLimitIntervalUSec", Variant::from(0u64)),
+        ("RemainAfterExit", Variant::from(true)),
+        ("KillMode", Variant::from("control-group")),
+        ("SendSIGKILL", Variant::from(true)),
+        ("TimeoutStopUSec", Variant::from(settings.stop_timeout_usec)),
+        ("NoNewPrivileges", Variant::from(true)),
+        (
+            "RuntimeMaxUSec",
+            Variant::from(job.demand.time_limit_secs.saturating_mul(1_000_000)),
+        ),
+        ("MemorySwapMax", Variant::from(0u64)),
+        ("DevicePolicy", Variant::from("closed")),
+        ("DeviceAllow", Variant::from(devices.to_vec())),
+    ];
+    if let Some(a) = alloc {
+        p.push(("AllowedCPUs", Variant::from(a.cpus.to_mask_bytes())));
+        p.push((
+            "AllowedMemoryNodes",
+            Variant::from(a.mem_nodes.to_mask_bytes()),
+        ));
+        p.push(("MemoryMax", Variant::from(a.mem_bytes)));
+    }
+    if let Some(r) = run_as {
+        if !settings.user_mode {
+            p.push(("User", Variant::from(r.user.clone())));
+            p.push(("Group", Variant::from(r.group.clone())));
+            p.push((
+                "SupplementaryGroups",
+                Variant::from(r.supplementary.clone()),
+            ));
+        }
+    }
+    if job.command.script.is_some() {
+        let src = script_path(settings, job.id).display().to_string();
+        p.push((
+            "LoadCredential",
+            Variant::from(vec![(SCRIPT_CREDENTIAL.to_string(), src)]),
+        ));
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Allocation, DeviceRef, IdSet, Vendor};
+    use crate::daemon::job::{tests_support::job_with, JobState, Outcome};
+
+    fn settings() -> UnitSettings {
+        UnitSettings {
+            slice: "xlurm.slice".into(),
+            user_mode: false,
+            script_dir: "/var/lib/xlurm/scripts".into(),
+            stop_timeout_usec: 10_000_000,
+        }
+    }
+
+    fn running_job() -> Job {
+        let mut job = job_with(JobState::Running, Outcome::default());
+        job.id = 7;
+        job.command.argv = vec!["/usr/bin/env".into(), "-0".into()];
+        job.command.env = Some(vec![
+            "HOME=/home/u".into(),
+            "XLURM_JOB_ID=999".into(),
+            "CUDA_VISIBLE_DEVICES=0,1,2".into(),
+        ]);
+        job.alloc = Some(Allocation {
+            cpus: IdSet::parse_list("1,3").unwrap(),
+            mem_nodes: IdSet::parse_list("1").unwrap(),
+            mem_bytes: 64 << 20,
+            mem_charge: vec![(1, 64 << 20)],
+            devices: vec![DeviceRef {
+                vendor: Vendor::Nv,
+                index: 0,
+                uuid: "GPU-a".into(),
+            }],
+            spread: false,
+            exclusive: false,
+        });
+        job
+    }
+
+    fn get<'a>(p: &'a [(&str, Variant<'static>)], name: &str) -> &'a Variant<'static> {
+        &p.iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .1
+    }
+
+    #[test]
+    fn pins_limits_and_isolates() {
+        let job = running_job();
+        let run_as = RunAs {
+            user: "alice".into(),
+            group: "alice".into(),
+            supplementary: vec!["video".into()],
+        };
+        let vis = vec![("CUDA_VISIBLE_DEVICES".to_string(), "GPU-a".to_string())];
+        let dev = vec![("/dev/nvidia0".to_string(), "rw".to_string())];
+        let p = properties(&job, &settings(), Some(&run_as), &vis, &dev);
+        assert_eq!(get(&p, "AllowedCPUs"), &Variant::from(vec![0b1010u8]));
+        assert_eq!(get(&p, "AllowedMemoryNodes"), &Variant::from(vec![0b10u8]));
+        assert_eq!(get(&p, "MemoryMax"), &Variant::from(64u64 << 20));
+        assert_eq!(get(&p, "MemorySwapMax"), &Variant::from(0u64));
+        assert_eq!(get(&p, "DevicePolicy"), &Variant::from("closed"));
+        assert_eq!(get(&p, "DeviceAllow"), &Variant::from(dev.clone()));
+        assert_eq!(get(&p, "User"), &Variant::from("alice"));
+        assert_eq!(get(&p, "NoNewPrivileges"), &Variant::from(true));
+        assert_eq!(get(&p, "Type"), &Variant::from("exec"));
+        assert_eq!(
+            get(&p, "RuntimeMaxUSec"),
+            &Variant::from(job.demand.time_limit_secs * 1_000_000)
+        );
+        assert_eq!(
+            get(&p, "ExecStart"),
+            &Variant::from(vec![(
+                "/usr/bin/env".to_string(),
+                vec!["/usr/bin/env".to_string(), "-0".to_string()],
+                false
+            )])
+        );
+        // Forwarded values never override the daemon's variables.
+        let env = environment(&job, &vis);
+        assert!(env.contains(&"HOME=/home/u".to_string()));
+        assert!(env.contains(&"XLURM_JOB_ID=7".to_string()));
+        assert!(env.contains(&"CUDA_VISIBLE_DEVICES=GPU-a".to_string()));
+        assert!(!env
+            .iter()
+            .any(|e| e == "XLURM_JOB_ID=999" || e == "CUDA_VISIBLE_DEVICES=0,1,2"));
+    }
+
+    #[test]
+    fn user_mode_leaves_out_user_switching() {
+        let s = UnitSettings {
+            user_mode: true,
+            ..settings()
+        };
+        let run_as = RunAs {
+            user: "alice".into(),
+            group: "alice".into(),
+            supplementary: vec![],
+        };
+        let p = properties(&running_job(), &s, Some(&run_as), &[], &[]);
+        assert!(!p.iter().any(|(n, _)| *n == "User" || *n == "Group"));
+    }
+
+    #[test]
+    fn batch_jobs_run_bash_on_a_credential() {
+        let mut job = running_job();
+        job.command.script = Some("echo hi\n".into());
+        job.command.argv = vec!["a1".into()];
+        let p = properties(&job, &settings(), None, &[], &[]);
+        let want = Variant::from(vec![(
+            SCRIPT_CREDENTIAL.to_string(),
+            "/var/lib/xlurm/scripts/7".to_string(),
+        )]);
+        assert_eq!(get(&p, "LoadCredential"), &want);
+        let Variant::Array(a) = get(&p, "ExecStart") else {
+            panic!("not an array")
+        };
+        assert_eq!(a.len(), 1);
+        let text = format!("{:?}", get(&p, "ExecStart"));
+        assert!(
+            text.contains("CREDENTIALS_DIRECTORY") && text.contains("a1"),
+            "{text}"
+        );
+    }
+}
