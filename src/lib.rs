@@ -6,3 +6,5 @@
 
 pub mod core;
 pub mod daemon;
+pub mod cli;
+pub mod host;

@@ -74,20 +74,43 @@ pub fn place(demand: &Demand, machine: &Machine, avail: &Avail) -> Result<Alloca
         let (cpus, charge, spread) = place_cpus(demand, machine, avail, None)?;
         return Ok(build(demand, cpus, charge, spread, Vec::new()));
     }
-    let mut first_reason = None;
+    let mut reason: Option<Reason> = None;
     for vendor in candidate_vendors(demand, machine) {
         match place_on_vendor(demand, machine, avail, vendor) {
             Ok(a) => return Ok(a),
-            Err(r) => {
-                first_reason.get_or_insert(r);
-            }
+            Err(r) => keep_mildest(&mut reason, r),
         }
     }
-    Err(first_reason.unwrap_or(Reason::Resources(Shortage::Devices {
+    Err(reason.unwrap_or(Reason::Resources(Shortage::Devices {
         vendor: demand.devices.vendor,
         need: demand.devices.count,
         free: 0,
     })))
+}
+
+/// How hard a failure is to cure: freeing resources helps a `Resources` (or
+/// `Exclusive`) failure, but not a busy, unhealthy or disabled device.
+fn severity(r: &Reason) -> u8 {
+    match r {
+        Reason::DevicesBusy => 1,
+        Reason::DevicesUnknown => 2,
+        Reason::DevicesDisabled => 3,
+        _ => 0,
+    }
+}
+
+/// Keeps the mildest of the vendors' failures (the first among equals): an
+/// `auto` job that one vendor could give once jobs finish waits on resources,
+/// even if an earlier vendor's devices are busy. The scheduler relies on this:
+/// a job failing with a device reason holds nothing back.
+fn keep_mildest(kept: &mut Option<Reason>, r: Reason) {
+    let milder = match kept {
+        Some(k) => severity(&r) < severity(k),
+        None => true,
+    };
+    if milder {
+        *kept = Some(r);
+    }
 }
 
 /// Vendors to try, in order: the chosen one, or every vendor with enough
@@ -140,19 +163,17 @@ fn place_exclusive(
         Vec::new()
     } else {
         let mut found = None;
-        let mut first_reason = None;
+        let mut reason = None;
         for vendor in candidate_vendors(demand, machine) {
             match choose_devices(demand, machine, avail, vendor) {
                 Ok(groups) => {
                     found = Some(groups.into_iter().next().unwrap_or_default());
                     break;
                 }
-                Err(r) => {
-                    first_reason.get_or_insert(r);
-                }
+                Err(r) => keep_mildest(&mut reason, r),
             }
         }
-        let slots = found.ok_or_else(|| first_reason.unwrap_or(Reason::DevicesUnknown))?;
+        let slots = found.ok_or_else(|| reason.unwrap_or(Reason::DevicesUnknown))?;
         refs(machine, &slots)
     };
     let topo = &machine.topology;

@@ -349,3 +349,72 @@ fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceReques
     }
     Ok(d.clone())
 }
+
+/// Parses a size as users type it: `64G`, `512M`, `1.5G`, `1024K`, `100` (bytes);
+/// binary units (K = 1024). Refuses zero, overflow and junk.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'B' => 1,
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)"))?;
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("invalid size {text:?}: must be at least 1 byte and below 16E"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a duration: plain seconds, or `45m`, `2h`, `1h30m`, `7d`. Refuses zero.
+pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let secs = match t.parse::<u64>() {
+        Ok(s) => s,
+        Err(_) => humantime::parse_duration(t)
+            .map_err(|e| format!("invalid duration {text:?} ({e}): use seconds or e.g. 45m, 2h, 1h30m"))?
+            .as_secs(),
+    };
+    if secs == 0 {
+        return Err(format!("invalid duration {text:?}: must be at least 1 second"));
+    }
+    Ok(secs)
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse_as_users_type_them() {
+        assert_eq!(parse_bytes("64G"), Ok(64 << 30));
+        assert_eq!(parse_bytes("512m"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        for bad in ["", "0", "G", "12Q", "-1G", "99999999999T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(parse_duration_secs("90"), Ok(90));
+        assert_eq!(parse_duration_secs("45m"), Ok(2700));
+        assert_eq!(parse_duration_secs("1h30m"), Ok(5400));
+        assert_eq!(parse_duration_secs("7d"), Ok(7 * 86400));
+        for bad in ["0", "soon", "-5", ""] {
+            assert!(parse_duration_secs(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(format_bytes(64 << 30), "64G");
+        assert_eq!(format_bytes(1536 << 20), "1536M");
+        assert_eq!(format_bytes((1 << 30) + 1), "1.0G");
+    }
+}

@@ -1,6 +1,12 @@
 //! xlurmd: the D-Bus service that runs every job as a transient systemd unit.
 
+pub mod api;
+pub mod error;
 pub mod job;
+pub mod service;
 pub mod outcome;
+pub mod run;
 pub mod spec;
+pub mod store;
+pub mod systemd;
 pub mod unit;

@@ -65,6 +65,10 @@ WantedBy=multi-user.target
 GUEST
 
 t0=$(date +%s)
+# mmdebstrap runs in the background so a TERM from tests/vm/run reaches this trap at once;
+# mmdebstrap cleans up (unmounts /proc, /dev, ... in the chroot) on TERM.
+mm=""
+trap 'echo "build-image: interrupted" >&2; [ -n "$mm" ] && kill -TERM "$mm" 2>/dev/null && wait "$mm"; exit 143' TERM INT HUP
 mmdebstrap --mode=root --variant=minbase --format=directory \
     --include="$packages" \
     --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -80,7 +84,10 @@ mmdebstrap --mode=root --variant=minbase --format=directory \
     bookworm "$rootfs" \
     "deb $mirror bookworm main" \
     "deb $mirror bookworm-updates main" \
-    "deb $security bookworm-security main"
+    "deb $security bookworm-security main" &
+mm=$!
+wait "$mm"
+mm=""
 echo "build-image: mmdebstrap took $(( $(date +%s) - t0 ))s" >&2
 
 r=$rootfs

@@ -1,0 +1,242 @@
+//! Finding and opening vendor libraries, and small FFI helpers shared by the backends.
+
+use super::AccelError;
+use crate::core::Vendor;
+use libloading::os::unix::{RTLD_LOCAL, RTLD_NOW};
+use libloading::Library;
+use std::ffi::{c_char, c_uint, CStr};
+use std::path::{Path, PathBuf};
+
+/// Where each vendor's library is looked for, before the dynamic loader's own search.
+pub(crate) struct Spec {
+    /// Absolute paths tried first, in order.
+    pub candidates: &'static [&'static str],
+    /// The name finally handed to the dynamic loader (`LD_LIBRARY_PATH`, ld.so.cache...).
+    pub loader_name: &'static str,
+}
+
+pub(crate) fn spec(vendor: Vendor) -> Spec {
+    match vendor {
+        Vendor::Nv => Spec {
+            candidates: &[],
+            loader_name: "libnvidia-ml.so.1",
+        },
+        Vendor::Asc => Spec {
+            candidates: &[
+                "/usr/local/dcmi/libdcmi.so",
+                "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",
+            ],
+            loader_name: "libdcmi.so",
+        },
+        Vendor::Mtt => Spec {
+            candidates: &[],
+            loader_name: "libmtml.so",
+        },
+        Vendor::Mx => Spec {
+            candidates: &[
+                "/opt/mxdriver/lib/libmxsml.so",
+                "/opt/maca/lib/libmxsml.so",
+                "/opt/mxn100/lib/libmxsml.so",
+            ],
+            loader_name: "libmxsml.so",
+        },
+        Vendor::Ppu => Spec {
+            candidates: &[
+                "/usr/local/PPU_SDK/lib/libhgml.so",
+                "/usr/local/PPU_SDK/targets/x86_64-linux/lib/libhgml.so",
+            ],
+            loader_name: "libhgml.so",
+        },
+        Vendor::Hcu => Spec {
+            candidates: &[
+                "/opt/hyhal/lib/librocm_smi64.so",
+                "/opt/dtk/.hyhal/rocm_smi/lib/librocm_smi64.so",
+            ],
+            loader_name: "librocm_smi64.so",
+        },
+    }
+}
+
+/// A loaded vendor library and where it came from.
+pub(crate) struct Lib {
+    pub vendor: Vendor,
+    pub path: PathBuf,
+    lib: Library,
+}
+
+fn dlopen(path: &Path) -> Result<Library, String> {
+    // SAFETY: loading a vendor library runs its initialisers; that is the point, and the
+    // library is either the vendor's (found on its documented paths) or one the
+    // administrator named explicitly.
+    unsafe { libloading::os::unix::Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+        .map(Library::from)
+        .map_err(|e| {
+            let text = e.to_string();
+            // libloading prefixes dlerror()'s text; keep only the loader's message.
+            match std::error::Error::source(&e) {
+                Some(source) => source.to_string(),
+                None => text,
+            }
+        })
+}
+
+/// Opens `vendor`'s library: the explicit `override_path` alone when set (it must be
+/// absolute; no search), else the vendor's fixed paths, then the loader's search.
+pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, AccelError> {
+    if let Some(path) = override_path {
+        let var = super::library_override_var(vendor);
+        if !path.is_absolute() {
+            return Err(AccelError::RelativeOverride {
+                var,
+                value: path.to_path_buf(),
+            });
+        }
+        return dlopen(path)
+            .map(|lib| Lib {
+                vendor,
+                path: path.to_path_buf(),
+                lib,
+            })
+            .map_err(|reason| AccelError::Load {
+                vendor,
+                path: path.to_path_buf(),
+                origin: format!(" (from {var}; search disabled)"),
+                reason,
+            });
+    }
+    let spec = spec(vendor);
+    let mut failures = Vec::new();
+    for candidate in spec.candidates {
+        let path = Path::new(candidate);
+        if !path.exists() {
+            continue;
+        }
+        match dlopen(path) {
+            Ok(lib) => {
+                return Ok(Lib {
+                    vendor,
+                    path: path.to_path_buf(),
+                    lib,
+                })
+            }
+            Err(reason) => failures.push((path.to_path_buf(), reason)),
+        }
+    }
+    let name = Path::new(spec.loader_name);
+    match dlopen(name) {
+        Ok(lib) => Ok(Lib {
+            vendor,
+            path: name.to_path_buf(),
+            lib,
+        }),
+        Err(reason) => {
+            if let Some((path, first)) = failures.first() {
+                let mut all = first.clone();
+                for (p, r) in failures.iter().skip(1) {
+                    all.push_str(&format!("; {}: {r}", p.display()));
+                }
+                all.push_str(&format!("; {}: {reason}", spec.loader_name));
+                Err(AccelError::Load {
+                    vendor,
+                    path: path.clone(),
+                    origin: String::new(),
+                    reason: all,
+                })
+            } else if reason.contains("No such file") || reason.contains("cannot open shared") {
+                let mut tried: Vec<String> = spec.candidates.iter().map(|c| c.to_string()).collect();
+                tried.push(format!("{} via the dynamic loader", spec.loader_name));
+                Err(AccelError::NotInstalled {
+                    vendor,
+                    library: spec.loader_name,
+                    tried: tried.join(", "),
+                })
+            } else {
+                Err(AccelError::Load {
+                    vendor,
+                    path: name.to_path_buf(),
+                    origin: String::new(),
+                    reason,
+                })
+            }
+        }
+    }
+}
+
+impl Lib {
+    /// A required function; its absence names the symbol and the library.
+    ///
+    /// # Safety
+    /// `T` must be the `unsafe extern "C" fn` type matching the symbol's C signature.
+    pub unsafe fn req<T: Copy>(&self, symbol: &str) -> Result<T, AccelError> {
+        self.opt(symbol).ok_or_else(|| self.missing(symbol, ""))
+    }
+
+    /// An optional function.
+    ///
+    /// # Safety
+    /// As for [`Lib::req`].
+    pub unsafe fn opt<T: Copy>(&self, symbol: &str) -> Option<T> {
+        self.lib.get::<T>(symbol).ok().map(|s| *s)
+    }
+
+    pub fn has(&self, symbol: &str) -> bool {
+        // SAFETY: only the symbol's address is looked up, never called.
+        unsafe { self.lib.get::<*const ()>(symbol).is_ok() }
+    }
+
+    pub fn missing(&self, symbol: &str, detail: &str) -> AccelError {
+        AccelError::MissingSymbol {
+            vendor: self.vendor,
+            path: self.path.clone(),
+            symbol: symbol.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// A NUL-terminated C buffer as a string (lossy; stops at the first NUL).
+pub(crate) fn buf_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A C string returned by a library (may be null).
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string that outlives the call.
+pub(crate) unsafe fn c_string(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+/// Calls an NVML-style "fill this array, or tell me how big it must be" function:
+/// `call(&mut count, buffer)` returns a status, `insufficient` meaning "retry with at
+/// least `count` entries". Returns the filled entries or the failing status.
+pub(crate) fn fill_list<T: Copy>(
+    zero: T,
+    insufficient: u32,
+    mut call: impl FnMut(&mut c_uint, *mut T) -> u32,
+) -> Result<Vec<T>, u32> {
+    let mut capacity = 64usize;
+    for _ in 0..8 {
+        let mut buf = vec![zero; capacity];
+        let mut count = capacity as c_uint;
+        let status = call(&mut count, buf.as_mut_ptr());
+        if status == 0 {
+            buf.truncate((count as usize).min(capacity));
+            return Ok(buf);
+        }
+        if status != insufficient {
+            return Err(status);
+        }
+        capacity = (count as usize + 16).max(capacity * 2);
+    }
+    Err(insufficient)
+}

@@ -1,0 +1,545 @@
+//! One function per verb.
+
+use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
+use super::{BatchArgs, CancelArgs, Cli, Command, InfoArgs, QueueArgs, ResourceArgs, SubmitArgs};
+use crate::core::request::{format_bytes, parse_bytes, parse_duration_secs};
+use crate::daemon::spec::entry;
+use anyhow::{anyhow, bail, Context, Result};
+use std::time::{Duration, Instant};
+
+/// Exit codes of `xrun` for jobs that did not exit on their own; see the README.
+pub const EXIT_TIMEOUT: i32 = 124;
+pub const EXIT_LAUNCH_FAILED: i32 = 125;
+pub const EXIT_LOST: i32 = 126;
+pub const EXIT_OOM: i32 = 137;
+
+pub async fn main(cli: Cli) -> Result<i32> {
+    let user = cli.user;
+    match cli.command {
+        Command::Run(a) => run(a, user).await,
+        Command::Batch(a) => batch(a, user).await,
+        Command::Queue(a) => queue(a, user).await,
+        Command::Cancel(a) => cancel(a, user).await,
+        Command::Info(a) => info(a, user).await,
+        Command::Policy { policy } => {
+            let p = connect(user).await?;
+            p.set_policy(&policy).await.map_err(|e| explain(e, user))?;
+            println!("policy set to {policy}");
+            Ok(0)
+        }
+    }
+}
+
+/// Finds `cmd` the way a shell would, so the job runs what the user meant.
+pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path) -> Result<String> {
+    if cmd.contains('/') {
+        let p = std::path::Path::new(cmd);
+        return Ok(if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) }.display().to_string());
+    }
+    for dir in path_var.unwrap_or("/usr/local/bin:/usr/bin:/bin").split(':').filter(|d| !d.is_empty()) {
+        let candidate = std::path::Path::new(dir).join(cmd);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                let full = if candidate.is_absolute() { candidate } else { cwd.join(candidate) };
+                return Ok(full.display().to_string());
+            }
+        }
+    }
+    bail!("{cmd}: command not found in your PATH")
+}
+
+fn spec_from(res: &ResourceArgs, mut argv: Vec<String>, script: Option<String>) -> Result<Dict> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    if script.is_none() {
+        let path = std::env::var("PATH").ok();
+        argv[0] = resolve_command(&argv[0], path.as_deref(), &cwd)?;
+    }
+    let mut d = Dict::new();
+    let mut add = |(k, v): (String, zbus::OwnedVariant)| {
+        d.insert(k, v);
+    };
+    add(entry("argv", argv));
+    add(entry("cwd", cwd.display().to_string()));
+    if let Some(s) = script {
+        add(entry("script", s));
+    }
+    if res.clean_env {
+        add(entry("clean_env", true));
+    } else {
+        let env: Vec<String> = std::env::vars()
+            .filter(|(k, _)| crate::daemon::spec::valid_env_name(k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        add(entry("env", env));
+    }
+    if let Some(n) = &res.name {
+        add(entry("name", n.clone()));
+    }
+    if let Some(c) = res.cpus {
+        add(entry("cpus", c));
+    }
+    if let Some(m) = &res.mem {
+        add(entry("mem", parse_bytes(m).map_err(|e| anyhow!("--mem: {e}"))?));
+    }
+    let gpus = match (res.gpus, res.device_ids.len()) {
+        (Some(g), n) if n > 0 && g as usize != n => bail!("-g {g} does not match the {n} IDs given with -i"),
+        (Some(g), _) => g,
+        (None, n) if n > 0 => n as u32,
+        (None, _) => 0,
+    };
+    add(entry("gpus", gpus));
+    if !res.device_ids.is_empty() {
+        add(entry("device_ids", res.device_ids.clone()));
+    }
+    if !res.exclude_device_ids.is_empty() {
+        add(entry("exclude_device_ids", res.exclude_device_ids.clone()));
+    }
+    if let Some(v) = &res.vendor {
+        add(entry("vendor", v.clone()));
+    }
+    if res.exclusive {
+        add(entry("exclusive", true));
+    }
+    if res.numa_local {
+        add(entry("numa_local", true));
+    }
+    if let Some(t) = &res.time_limit {
+        add(entry("time_limit", parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?));
+    }
+    Ok(d)
+}
+
+fn stamp() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+async fn submit(p: &SchedulerProxy<'_>, spec: Dict, user: bool) -> Result<(u64, Dict)> {
+    p.submit(spec).await.map_err(|e| explain(e, user))
+}
+
+/// Exit code for a finished job as `xrun` reports it.
+pub fn exit_code_of(job: &Dict) -> i32 {
+    get::<i32>(job, "exit_code").unwrap_or(1)
+}
+
+async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let spec = spec_from(&a.res, a.command.clone(), None)?;
+    let (id, _) = submit(&p, spec, user).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let t0 = Instant::now();
+    let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
+    loop {
+        let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
+        let state = get_str(&job, "state");
+        match state.as_str() {
+            "PENDING" => {
+                if !said_waiting && t0.elapsed() > Duration::from_secs(1) {
+                    eprintln!("[{}] job {id}: Waiting for resources... {}", stamp(), get_str(&job, "reason"));
+                    said_waiting = true;
+                }
+            }
+            "RUNNING" => {
+                if !said_started {
+                    eprintln!("[{}] job {id}: Task started.", stamp());
+                    said_started = true;
+                }
+            }
+            _ => {
+                if !said_started && get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                    eprintln!("[{}] job {id}: Task started.", stamp());
+                }
+                let code = exit_code_of(&job);
+                let detail = get_str(&job, "detail");
+                if state != "COMPLETED" && state != "FAILED" || !detail.is_empty() && state == "FAILED" {
+                    eprintln!("[{}] job {id}: {state}: {detail}", stamp());
+                } else {
+                    eprintln!("[{}] job {id}: {state} (exit {code})", stamp());
+                }
+                return Ok(code);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = tokio::signal::ctrl_c(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+        }
+    }
+}
+
+async fn cancel_for_exit(p: &SchedulerProxy<'_>, id: u64, user: bool) {
+    eprintln!("[{}] job {id}: cancelling...", stamp());
+    if let Err(e) = p.cancel(id).await {
+        eprintln!("xrun: cancelling job {id}: {}", explain(e, user));
+    }
+}
+
+/// `#SBATCH` directives xlurm understands, applied under the command line's options.
+pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Vec<String> {
+    let mut unsupported = Vec::new();
+    let mut from_script = ResourceArgs::default();
+    for line in script.lines().skip_while(|l| l.starts_with("#!")) {
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        let Some(rest) = t.strip_prefix("#SBATCH") else {
+            if t.starts_with('#') {
+                continue;
+            }
+            break;
+        };
+        for opt in rest.split_whitespace() {
+            let (k, v) = opt.split_once('=').unwrap_or((opt, ""));
+            match k {
+                "--gres" => {
+                    if let Some(n) = v.rsplit(':').next().and_then(|n| n.parse().ok()) {
+                        from_script.gpus = Some(n);
+                    }
+                }
+                "--gpus" | "-G" => from_script.gpus = v.parse().ok(),
+                "--cpus-per-task" | "-c" => from_script.cpus = v.parse().ok(),
+                "--mem" => from_script.mem = Some(v.to_string()),
+                "--time" | "-t" => from_script.time_limit = slurm_time(v),
+                "--job-name" | "-J" => from_script.name = Some(v.to_string()),
+                "--exclusive" => from_script.exclusive = true,
+                "--output" | "-o" => {}
+                _ => unsupported.push(k.to_string()),
+            }
+        }
+    }
+    res.gpus = res.gpus.or(from_script.gpus);
+    res.cpus = res.cpus.or(from_script.cpus);
+    res.mem = res.mem.take().or(from_script.mem);
+    res.time_limit = res.time_limit.take().or(from_script.time_limit);
+    res.name = res.name.take().or(from_script.name);
+    res.exclusive |= from_script.exclusive;
+    unsupported
+}
+
+/// Slurm's `--time` forms: `MM`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`, as seconds.
+fn slurm_time(v: &str) -> Option<String> {
+    let (days, rest) = match v.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, v),
+    };
+    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let secs = match (days > 0, parts.as_slice()) {
+        (false, [m]) => m * 60,
+        (false, [m, s]) => m * 60 + s,
+        (_, [h, m, s]) => h * 3600 + m * 60 + s,
+        (true, [h]) => h * 3600,
+        (true, [h, m]) => h * 3600 + m * 60,
+        _ => return None,
+    };
+    Some((days * 86400 + secs).to_string())
+}
+
+async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
+    let (script, args) = match (&a.wrap, a.script.split_first()) {
+        (Some(w), None) => (format!("#!/bin/bash\n{w}\n"), Vec::new()),
+        (Some(_), Some(_)) => bail!("give either --wrap 'COMMAND' or a script, not both"),
+        (None, Some((path, rest))) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read batch script {path}"))?;
+            if a.res.name.is_none() {
+                a.res.name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().to_string());
+            }
+            (text, rest.to_vec())
+        }
+        (None, None) => bail!("give a batch script (xbatch job.sh) or --wrap 'COMMAND'"),
+    };
+    for d in apply_sbatch(&script, &mut a.res) {
+        eprintln!("xbatch: warning: #SBATCH {d} is not supported here and was ignored");
+    }
+    if a.res.name.is_none() {
+        a.res.name = Some("wrap".into());
+    }
+    let p = connect(user).await?;
+    let spec = spec_from(&a.res, args, Some(script))?;
+    let (id, info) = submit(&p, spec, user).await?;
+    let mem = get::<u64>(&info, "mem").map(format_bytes).unwrap_or_default();
+    println!("Submitted batch job {id}");
+    eprintln!("memory budget {mem}{}", if get::<bool>(&info, "mem_default").unwrap_or(false) { " (default)" } else { "" });
+    Ok(0)
+}
+
+async fn cancel(a: CancelArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let mut rc = 0;
+    for id in a.ids {
+        match p.cancel(id).await {
+            Ok(_) => println!("job {id} cancelled"),
+            Err(e) => {
+                eprintln!("xcancel: job {id}: {}", explain(e, user));
+                rc = 1;
+            }
+        }
+    }
+    Ok(rc)
+}
+
+fn local_time(usec: u64, with_year: bool) -> String {
+    if usec == 0 {
+        return "-".into();
+    }
+    let secs = (usec / 1_000_000) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which we own.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
+    if !ok {
+        return "-".into();
+    }
+    let base = format!("{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if with_year {
+        format!("{}-{base}", tm.tm_year + 1900)
+    } else {
+        base
+    }
+}
+
+/// `HH:MM:SS`, or `D-HH:MM:SS` past a day.
+pub fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+fn dict_to_json(d: &Dict) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    let mut keys: Vec<&String> = d.keys().collect();
+    keys.sort();
+    for k in keys {
+        let v = &d[k];
+        let j = if let Some(s) = get::<String>(d, k) {
+            serde_json::json!(s)
+        } else if let Some(x) = get::<u64>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = get::<u32>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = get::<i32>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = get::<bool>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = get::<Vec<String>>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = v.try_clone().ok().and_then(|v| Vec::<Dict>::try_from(v).ok()) {
+            serde_json::Value::Array(x.iter().map(dict_to_json).collect())
+        } else {
+            serde_json::Value::Null
+        };
+        m.insert(k.clone(), j);
+    }
+    serde_json::Value::Object(m)
+}
+
+async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    if let Some(id) = a.id {
+        let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&dict_to_json(&job))?);
+            return Ok(0);
+        }
+        show_job(&job);
+        return Ok(0);
+    }
+    let mut filter = Dict::new();
+    let (k, v) = entry("all_users", !a.mine);
+    filter.insert(k, v);
+    let (k, v) = entry("finished", a.all);
+    filter.insert(k, v);
+    let (k, v) = entry("limit", if a.all { 1000u32 } else { 100u32 });
+    filter.insert(k, v);
+    let jobs = p.list_jobs(filter).await.map_err(|e| explain(e, user))?;
+    if a.json {
+        let arr: Vec<serde_json::Value> = jobs.iter().map(dict_to_json).collect();
+        println!("{}", serde_json::to_string_pretty(&arr)?);
+        return Ok(0);
+    }
+    let now = crate::daemon::service::now_usec();
+    println!(
+        "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+        "ID", "USER", "NAME", "STATE", "DEVICES", "CPUS", "MEM", "START", "TIME", if a.all { "EXIT/REASON" } else { "REASON" }
+    );
+    for j in &jobs {
+        let state = get_str(j, "state");
+        let start = get::<u64>(j, "start_time").unwrap_or(0);
+        let end = get::<u64>(j, "end_time").unwrap_or(0);
+        let submit = get::<u64>(j, "submit_time").unwrap_or(0);
+        let time = match state.as_str() {
+            "PENDING" => now.saturating_sub(submit),
+            "RUNNING" => now.saturating_sub(start),
+            _ if start > 0 => end.saturating_sub(start),
+            _ => 0,
+        } / 1_000_000;
+        let devices = get::<String>(j, "devices").unwrap_or_else(|| get_str(j, "devices_requested"));
+        let mem = format!(
+            "{}{}",
+            format_bytes(get::<u64>(j, "mem").unwrap_or(0)),
+            if get::<bool>(j, "spread").unwrap_or(false) { "+" } else { "" }
+        );
+        let last = match state.as_str() {
+            "PENDING" => get_str(j, "reason"),
+            "RUNNING" => String::new(),
+            _ => get::<i32>(j, "exit_code").map(|c| c.to_string()).unwrap_or_default(),
+        };
+        let name: String = get_str(j, "name").chars().take(16).collect();
+        println!(
+            "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+            get::<u64>(j, "id").unwrap_or(0),
+            get_str(j, "user"),
+            name,
+            state,
+            devices,
+            get::<u32>(j, "cpus").unwrap_or(0),
+            mem,
+            local_time(start, a.all),
+            duration(time),
+            last
+        );
+    }
+    Ok(0)
+}
+
+fn show_job(job: &Dict) {
+    let id = get::<u64>(job, "id").unwrap_or(0);
+    let line = |k: &str, v: String| println!("{k:>14}: {v}");
+    line("Job", id.to_string());
+    line("Name", get_str(job, "name"));
+    line("User", get_str(job, "user"));
+    line("State", get_str(job, "state"));
+    let reason = get_str(job, "reason");
+    if !reason.is_empty() {
+        line("Reason", reason);
+    }
+    if let Some(argv) = get::<Vec<String>>(job, "argv") {
+        line("Command", argv.join(" "));
+        line("WorkDir", get_str(job, "cwd"));
+    }
+    line("Requested", format!(
+        "{} CPUs, {}, devices {}",
+        get::<u32>(job, "cpus").unwrap_or(0),
+        format_bytes(get::<u64>(job, "mem").unwrap_or(0)),
+        get_str(job, "devices_requested")
+    ));
+    if let Some(cpus) = get::<String>(job, "alloc_cpus") {
+        line("Allocated", format!(
+            "CPUs {cpus}, memory nodes {}, devices {}",
+            get_str(job, "alloc_mem_nodes"),
+            get_str(job, "devices")
+        ));
+    }
+    line("Submitted", local_time(get::<u64>(job, "submit_time").unwrap_or(0), true));
+    line("Started", local_time(get::<u64>(job, "start_time").unwrap_or(0), true));
+    line("Ended", local_time(get::<u64>(job, "end_time").unwrap_or(0), true));
+    if let Some(c) = get::<i32>(job, "exit_code") {
+        line("Exit code", c.to_string());
+    }
+    let detail = get_str(job, "detail");
+    if !detail.is_empty() {
+        line("Detail", detail);
+    }
+    if let Some(n) = get::<u64>(job, "cpu_nsec") {
+        line("CPU time", duration(n / 1_000_000_000));
+    }
+    if let Some(n) = get::<u64>(job, "memory_peak") {
+        line("Memory peak", format_bytes(n));
+    }
+    let unit = get_str(job, "unit");
+    line("Unit", unit.clone());
+    line("See", format!("systemctl status {unit}; journalctl -u {unit}"));
+}
+
+async fn info(a: InfoArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let m = p.get_machine().await.map_err(|e| explain(e, user))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&dict_to_json(&m))?);
+        return Ok(0);
+    }
+    println!(
+        "policy {}, max running {}, {} pending, {} running",
+        get_str(&m, "policy"),
+        get::<u32>(&m, "max_running").unwrap_or(0),
+        get::<u32>(&m, "pending").unwrap_or(0),
+        get::<u32>(&m, "running").unwrap_or(0)
+    );
+    let nodes: Vec<Dict> = m.get("nodes").and_then(|v| v.try_clone().ok()).and_then(|v| Vec::<Dict>::try_from(v).ok()).unwrap_or_default();
+    println!("{:<6} {:<16} {:<16} {:>10} {:>10}", "NODE", "CPUS", "FREE", "MEM", "MEM FREE");
+    for n in &nodes {
+        println!(
+            "{:<6} {:<16} {:<16} {:>10} {:>10}",
+            format!("node{}", get::<u32>(n, "id").unwrap_or(0)),
+            get_str(n, "cpus"),
+            get_str(n, "cpus_free"),
+            format_bytes(get::<u64>(n, "mem").unwrap_or(0)),
+            format_bytes(get::<u64>(n, "mem_free").unwrap_or(0))
+        );
+    }
+    let devices: Vec<Dict> = m.get("devices").and_then(|v| v.try_clone().ok()).and_then(|v| Vec::<Dict>::try_from(v).ok()).unwrap_or_default();
+    if devices.is_empty() {
+        println!("no accelerators");
+    }
+    for d in &devices {
+        let job = get::<u64>(d, "job").unwrap_or(0);
+        let mut state = if get::<bool>(d, "disabled").unwrap_or(false) { "disabled".to_string() } else { get_str(d, "health") };
+        if job > 0 {
+            state = format!("{state}, job {job}");
+        }
+        println!("{}:{} {} node {} {}", get_str(d, "vendor"), get::<u32>(d, "index").unwrap_or(0), get_str(d, "uuid"), get::<i32>(d, "numa_node").unwrap_or(-1), state);
+        let err = get_str(d, "monitoring_error");
+        if !err.is_empty() {
+            println!("    {err}");
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sbatch_lines_fill_in_under_command_line_options() {
+        let script = "#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH --cpus-per-task=4 --mem=8G\n#SBATCH --time=1-02:00:00\n#SBATCH --job-name=train\n#SBATCH --partition=gpu\n#SBATCH --exclusive\necho hi\n#SBATCH --gpus=7\n";
+        let mut res = ResourceArgs { cpus: Some(2), ..Default::default() };
+        let unsupported = apply_sbatch(script, &mut res);
+        assert_eq!(res.gpus, Some(2));
+        assert_eq!(res.cpus, Some(2), "command line wins");
+        assert_eq!(res.mem.as_deref(), Some("8G"));
+        assert_eq!(res.time_limit.as_deref(), Some("93600"));
+        assert_eq!(res.name.as_deref(), Some("train"));
+        assert!(res.exclusive);
+        assert_eq!(unsupported, vec!["--partition"]);
+    }
+
+    #[test]
+    fn slurm_times() {
+        assert_eq!(slurm_time("30").as_deref(), Some("1800"));
+        assert_eq!(slurm_time("1:30").as_deref(), Some("90"));
+        assert_eq!(slurm_time("2:00:00").as_deref(), Some("7200"));
+        assert_eq!(slurm_time("1-0").as_deref(), Some("86400"));
+        assert_eq!(slurm_time("x"), None);
+    }
+
+    #[test]
+    fn durations_and_commands() {
+        assert_eq!(duration(3661), "01:01:01");
+        assert_eq!(duration(90061), "1-01:01:01");
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("tool");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().display().to_string();
+        assert_eq!(resolve_command("tool", Some(&path), dir.path()).unwrap(), exe.display().to_string());
+        assert!(resolve_command("nope-xyz", Some(&path), dir.path()).is_err());
+        assert_eq!(resolve_command("./a/b", None, std::path::Path::new("/w")).unwrap(), "/w/./a/b");
+    }
+}

@@ -1,0 +1,460 @@
+//! org.xlurm.Scheduler1: thin D-Bus wrappers over `service.rs`.
+//!
+//! Callers are identified by the bus (`GetConnectionUnixUser` of the sender),
+//! never by anything they send. Admin actions go through polkit with the
+//! caller's unique bus name as subject.
+
+use super::error::{ApiError, ApiResult};
+use super::job::{Job, JobState};
+use super::service::Daemon;
+use super::spec;
+use crate::core::{Policy, Vendor};
+use std::collections::HashMap;
+use std::sync::Arc;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, OwnedVariant, Variant};
+
+pub const BUS_NAME: &str = "org.xlurm.Scheduler1";
+pub const PATH: &str = "/org/xlurm/Scheduler1";
+/// The polkit action of every admin method.
+pub const ACTION_MANAGE: &str = "org.xlurm.scheduler.manage";
+
+pub type Dict = HashMap<String, OwnedVariant>;
+
+pub struct SchedulerApi {
+    pub daemon: Arc<Daemon>,
+    /// Without a bus broker (tests over a p2p connection) everyone is this uid.
+    pub fixed_uid: Option<u32>,
+}
+
+fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
+    if let Ok(v) = OwnedVariant::try_from(v.into()) {
+        m.insert(key.to_string(), v);
+    }
+}
+
+/// The request as `xqueue` shows it before the job starts: `cpu`, `auto:1`, `nv:2`, `nv:[0,1]`.
+pub fn devices_requested(job: &Job) -> String {
+    let d = &job.demand.devices;
+    if d.count == 0 {
+        return "cpu".into();
+    }
+    let v = d.vendor.map(Vendor::short).unwrap_or("auto");
+    if d.ids.is_empty() {
+        format!("{v}:{}", d.count)
+    } else {
+        let ids: Vec<String> = d.ids.iter().map(u32::to_string).collect();
+        format!("{v}:[{}]", ids.join(","))
+    }
+}
+
+/// What the job got, once started: `nv:[0,1]`, or `cpu`.
+pub fn devices_allocated(job: &Job) -> Option<String> {
+    let a = job.alloc.as_ref()?;
+    Some(match a.devices.first() {
+        None => "cpu".into(),
+        Some(first) => {
+            let ids: Vec<String> = a.devices.iter().map(|d| d.index.to_string()).collect();
+            format!("{}:[{}]", first.vendor, ids.join(","))
+        }
+    })
+}
+
+/// A job as a{sv}. `detail` adds what only the owner and root may see.
+pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
+    let mut m = Dict::new();
+    put(&mut m, "id", job.id);
+    put(&mut m, "name", job.name.clone());
+    put(&mut m, "uid", job.uid);
+    put(&mut m, "user", job.user.clone());
+    put(&mut m, "state", job.state.name());
+    put(&mut m, "reason", reason.unwrap_or_default());
+    put(&mut m, "submit_time", job.submit_usec);
+    put(&mut m, "start_time", job.start_usec);
+    put(&mut m, "end_time", job.end_usec);
+    put(&mut m, "cpus", job.demand.cpus);
+    put(&mut m, "mem", job.demand.mem_bytes);
+    put(&mut m, "mem_default", job.demand.mem_default);
+    put(&mut m, "time_limit", job.demand.time_limit_secs);
+    put(&mut m, "exclusive", job.demand.exclusive);
+    put(&mut m, "numa_local", job.demand.numa_local);
+    put(&mut m, "devices_requested", devices_requested(job));
+    if let Some(a) = &job.alloc {
+        put(&mut m, "devices", devices_allocated(job).unwrap_or_default());
+        put(&mut m, "alloc_cpus", a.cpus.to_list());
+        put(&mut m, "alloc_mem_nodes", a.mem_nodes.to_list());
+        put(&mut m, "spread", a.spread);
+        let uuids: Vec<String> = a.devices.iter().map(|d| d.uuid.clone()).collect();
+        put(&mut m, "device_uuids", uuids);
+    }
+    put(&mut m, "unit", job.unit.clone());
+    put(&mut m, "invocation_id", job.invocation_id.clone());
+    if let Some(o) = &job.outcome {
+        put(&mut m, "result", o.result.clone());
+        put(&mut m, "detail", o.detail.clone());
+        if let Some(c) = job.exit_code() {
+            put(&mut m, "exit_code", c);
+        }
+        if let Some(s) = o.exit_status {
+            put(&mut m, "exit_status", s);
+        }
+        if let Some(s) = o.signal {
+            put(&mut m, "signal", s);
+        }
+        if let Some(n) = o.cpu_nsec {
+            put(&mut m, "cpu_nsec", n);
+        }
+        if let Some(n) = o.memory_peak {
+            put(&mut m, "memory_peak", n);
+        }
+    }
+    if detail {
+        put(&mut m, "argv", job.command.argv.clone());
+        put(&mut m, "cwd", job.command.cwd.clone());
+        put(&mut m, "batch", job.command.script.is_some());
+        if let Some(env) = &job.command.env {
+            put(&mut m, "env", env.clone());
+        }
+    }
+    m
+}
+
+impl SchedulerApi {
+    async fn caller(&self, conn: &Connection, hdr: &Header<'_>) -> ApiResult<u32> {
+        if let Some(uid) = self.fixed_uid {
+            return Ok(uid);
+        }
+        let sender = hdr
+            .sender()
+            .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        dbus.get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
+    }
+
+    /// Whether the caller holds the polkit authorization for admin actions.
+    async fn authorized(&self, conn: &Connection, hdr: &Header<'_>, uid: u32) -> ApiResult<bool> {
+        if uid == 0 {
+            return Ok(true);
+        }
+        if self.fixed_uid.is_some() {
+            return Ok(false);
+        }
+        use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
+        let authority = AuthorityProxy::new(conn)
+            .await
+            .map_err(|e| ApiError::Failed(format!("polkit is not reachable: {e}")))?;
+        let subject = Subject::new_for_message_header(hdr)
+            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller for polkit: {e}")))?;
+        let interactive = hdr.primary().flags().contains(zbus::message::Flags::ALLOW_INTERACTIVE_AUTH);
+        let flags = if interactive {
+            CheckAuthorizationFlags::ALLOW_USER_INTERACTION
+        } else {
+            CheckAuthorizationFlags::empty()
+        };
+        let r = authority
+            .check_authorization(&subject, ACTION_MANAGE, &HashMap::new(), flags, "")
+            .await
+            .map_err(|e| ApiError::Failed(format!("polkit check failed: {e}")))?;
+        Ok(r.is_authorized)
+    }
+
+    async fn require_admin(&self, conn: &Connection, hdr: &Header<'_>, what: &str) -> ApiResult<u32> {
+        let uid = self.caller(conn, hdr).await?;
+        if self.authorized(conn, hdr, uid).await? {
+            Ok(uid)
+        } else {
+            Err(ApiError::PermissionDenied(format!(
+                "{what} needs the polkit authorization {ACTION_MANAGE} (root, or a group granted it by an admin rule)"
+            )))
+        }
+    }
+}
+
+#[zbus::interface(name = "org.xlurm.Scheduler1")]
+impl SchedulerApi {
+    /// Queues one job. Returns its ID and what it was given (memory budget).
+    #[zbus(out_args("id", "info"))]
+    async fn submit(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        spec: Dict,
+    ) -> Result<(u64, Dict), ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let spec = spec::parse(&spec).map_err(|e| ApiError::InvalidArgs(e.0))?;
+        let s = self.daemon.submit(uid, vec![spec]).await?.remove(0);
+        let mut info = Dict::new();
+        put(&mut info, "mem", s.mem_bytes);
+        put(&mut info, "mem_default", s.mem_default);
+        Ok((s.id, info))
+    }
+
+    /// Queues many jobs at once: all are checked first; any bad spec queues none.
+    #[zbus(out_args("ids"))]
+    async fn submit_many(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        specs: Vec<Dict>,
+    ) -> Result<Vec<u64>, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        if specs.len() > 100_000 {
+            return Err(ApiError::InvalidArgs("at most 100000 specs per call".into()));
+        }
+        let mut parsed = Vec::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            parsed.push(spec::parse(s).map_err(|e| ApiError::InvalidArgs(format!("job {}: {}", i + 1, e.0)))?);
+        }
+        Ok(self.daemon.submit(uid, parsed).await?.into_iter().map(|s| s.id).collect())
+    }
+
+    /// Cancels a job: the owner's, or anyone's with the admin authorization.
+    /// Returns the state the job was in.
+    #[zbus(out_args("state"))]
+    async fn cancel(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+    ) -> Result<String, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let owner = self.daemon.state.lock().await.jobs.get(&id).map(|j| j.uid);
+        let admin = match owner {
+            Some(o) if o != uid && uid != 0 => self.authorized(conn, &hdr, uid).await?,
+            _ => false,
+        };
+        Ok(self.daemon.cancel(uid, id, admin).await?.name().to_string())
+    }
+
+    /// One job. Command, arguments, environment and directory only for its owner and root.
+    #[zbus(out_args("job"))]
+    async fn get_job(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+    ) -> Result<Dict, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let st = self.daemon.state.lock().await;
+        let job = st.jobs.get(&id).ok_or_else(|| ApiError::NoSuchJob(format!("no job {id} (finished jobs are kept for a while, then cleaned)")))?;
+        let own = Daemon::owns(uid, job);
+        if !own && !self.daemon.settings.list_is_public {
+            return Err(ApiError::PermissionDenied(format!("job {id} belongs to {}", job.user)));
+        }
+        let reason = st.sched.reason(id).map(|r| r.to_string());
+        Ok(job_dict(job, reason, own))
+    }
+
+    /// Jobs, newest last. Filter keys: `all_users` (b), `states` (as), `limit` (u),
+    /// `finished` (b: include finished jobs).
+    #[zbus(out_args("jobs"))]
+    async fn list_jobs(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        filter: Dict,
+    ) -> Result<Vec<Dict>, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let get_b = |k: &str| -> Result<bool, ApiError> {
+            match filter.get(k) {
+                None => Ok(false),
+                Some(v) => bool::try_from(v).map_err(|_| ApiError::InvalidArgs(format!("filter key {k:?} must have type b"))),
+            }
+        };
+        for k in filter.keys() {
+            if !["all_users", "states", "limit", "finished"].contains(&k.as_str()) {
+                return Err(ApiError::InvalidArgs(format!("unknown filter key {k:?} (valid: all_users, states, limit, finished)")));
+            }
+        }
+        let all_users = get_b("all_users")?;
+        let finished = get_b("finished")?;
+        let limit = match filter.get("limit") {
+            None => usize::MAX,
+            Some(v) => u32::try_from(v).map_err(|_| ApiError::InvalidArgs("filter key \"limit\" must have type u".into()))? as usize,
+        };
+        let states: Option<Vec<JobState>> = match filter.get("states") {
+            None => None,
+            Some(v) => {
+                let names: Vec<String> = v.try_clone().ok().and_then(|v| Vec::<String>::try_from(v).ok())
+                    .ok_or_else(|| ApiError::InvalidArgs("filter key \"states\" must have type as".into()))?;
+                let mut out = Vec::new();
+                for n in names {
+                    out.push(JobState::parse(&n).ok_or_else(|| ApiError::InvalidArgs(format!("unknown state {n:?}")))?);
+                }
+                Some(out)
+            }
+        };
+        if all_users && !self.daemon.settings.list_is_public && uid != 0 && !self.authorized(conn, &hdr, uid).await? {
+            return Err(ApiError::PermissionDenied("the queue of other users is private here (admin option --list-is-public)".into()));
+        }
+        let st = self.daemon.state.lock().await;
+        let keep = |j: &&Job| {
+            (all_users || j.uid == uid)
+                && match &states {
+                    Some(s) => s.contains(&j.state),
+                    None => finished || !j.state.is_final(),
+                }
+        };
+        let mut out: Vec<Dict> = st
+            .jobs
+            .values()
+            .rev()
+            .filter(keep)
+            .take(limit)
+            .map(|j| {
+                let reason = (j.state == JobState::Pending).then(|| st.sched.reason(j.id).map(|r| r.to_string())).flatten();
+                job_dict(j, reason, false)
+            })
+            .collect();
+        out.reverse();
+        Ok(out)
+    }
+
+    /// The machine: NUMA nodes, devices with states and holders, policy and limits.
+    #[zbus(out_args("machine"))]
+    async fn get_machine(&self) -> Result<Dict, ApiError> {
+        let st = self.daemon.state.lock().await;
+        let m = st.sched.machine();
+        let free = st.sched.free();
+        let nodes: Vec<Dict> = m
+            .topology
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut d = Dict::new();
+                put(&mut d, "id", n.id);
+                put(&mut d, "cpus", n.cpus.to_list());
+                put(&mut d, "cpus_free", free.cpus.intersection(&n.cpus).to_list());
+                put(&mut d, "mem", n.mem_bytes);
+                put(&mut d, "mem_free", free.mem.get(i).copied().unwrap_or(0));
+                d
+            })
+            .collect();
+        let devices: Vec<Dict> = m
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(slot, dev)| {
+                let mut d = Dict::new();
+                put(&mut d, "vendor", dev.vendor.short());
+                put(&mut d, "index", dev.index);
+                put(&mut d, "uuid", dev.uuid.clone());
+                put(&mut d, "numa_node", dev.numa_node.map_or(-1, |n| n as i32));
+                put(&mut d, "disabled", dev.disabled);
+                let (health, err) = match &dev.health {
+                    crate::core::Health::Ok => ("ok".to_string(), String::new()),
+                    crate::core::Health::Busy { processes } => ("busy".to_string(), format!("{processes} outside processes")),
+                    crate::core::Health::Unknown { error } => ("unknown".to_string(), error.clone()),
+                    crate::core::Health::Unhealthy { error } => ("unhealthy".to_string(), error.clone()),
+                };
+                put(&mut d, "health", health);
+                put(&mut d, "monitoring_error", err);
+                put(&mut d, "job", st.sched.holder(slot).unwrap_or(0));
+                d
+            })
+            .collect();
+        let mut out = Dict::new();
+        put(&mut out, "nodes", nodes);
+        put(&mut out, "devices", devices);
+        put(&mut out, "policy", st.sched.policy().name());
+        put(&mut out, "max_running", st.sched.limits().max_running);
+        put(&mut out, "max_lifetime", st.sched.limits().max_lifetime_secs);
+        put(&mut out, "min_job_mem", st.sched.limits().min_job_mem);
+        let (pending, running) = st.counts();
+        put(&mut out, "pending", pending as u32);
+        put(&mut out, "running", running as u32);
+        Ok(out)
+    }
+
+    /// Changes the scheduling policy live (admin).
+    async fn set_policy(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(signal_emitter)] em: SignalEmitter<'_>,
+        policy: &str,
+    ) -> Result<(), ApiError> {
+        let p: Policy = policy.parse().map_err(|e: crate::core::policy::UnknownPolicy| ApiError::InvalidArgs(e.to_string()))?;
+        self.require_admin(conn, &hdr, "changing the policy").await?;
+        self.daemon.state.lock().await.sched.set_policy(p);
+        tracing::info!("policy set to {p}");
+        let _ = self.policy_changed(&em).await;
+        self.daemon.kick.notify_one();
+        Ok(())
+    }
+
+    /// Changes how many jobs may run at once, live (admin).
+    async fn set_max_running(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(signal_emitter)] em: SignalEmitter<'_>,
+        max_running: u32,
+    ) -> Result<(), ApiError> {
+        if max_running == 0 {
+            return Err(ApiError::InvalidArgs("max_running must be at least 1".into()));
+        }
+        self.require_admin(conn, &hdr, "changing max-running").await?;
+        {
+            let mut st = self.daemon.state.lock().await;
+            let mut limits = st.sched.limits().clone();
+            limits.max_running = max_running;
+            st.sched.set_limits(limits);
+        }
+        let _ = self.max_running_changed(&em).await;
+        self.daemon.kick.notify_one();
+        Ok(())
+    }
+
+    /// Disables (`disabled` true) or enables devices of one vendor, live (admin).
+    /// The whole list is checked before anything changes.
+    async fn set_devices_disabled(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        vendor: &str,
+        ids: Vec<u32>,
+        disabled: bool,
+    ) -> Result<(), ApiError> {
+        let v: Vendor = vendor.parse().map_err(|e: crate::core::device::UnknownVendor| ApiError::InvalidArgs(e.to_string()))?;
+        if ids.is_empty() {
+            return Err(ApiError::InvalidArgs("give at least one device ID".into()));
+        }
+        self.require_admin(conn, &hdr, "excluding or including devices").await?;
+        self.daemon
+            .state
+            .lock()
+            .await
+            .sched
+            .set_disabled(v, &ids, disabled)
+            .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
+        self.daemon.kick.notify_one();
+        Ok(())
+    }
+
+    /// Emitted when a job enters a new state.
+    #[zbus(signal)]
+    pub async fn job_state_changed(em: &SignalEmitter<'_>, id: u64, state: &str) -> zbus::Result<()>;
+
+    #[zbus(property)]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    #[zbus(property)]
+    async fn policy(&self) -> String {
+        self.daemon.state.lock().await.sched.policy().name().to_string()
+    }
+
+    #[zbus(property)]
+    async fn max_running(&self) -> u32 {
+        self.daemon.state.lock().await.sched.limits().max_running
+    }
+}
+
+/// Allows `spec::entry` to be used by clients building specs.
+pub use spec::entry as spec_entry;

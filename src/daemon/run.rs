@@ -1,0 +1,277 @@
+//! xlurmd's start-up: options, refusals, bus, re-adoption, readiness, main loop.
+
+use super::api::{SchedulerApi, BUS_NAME, PATH};
+use super::service::{Daemon, Settings, State};
+use super::store::Store;
+use super::systemd::Systemd;
+use super::unit::UnitSettings;
+use crate::core::request::{parse_bytes, parse_duration_secs};
+use crate::core::{IdSet, Limits, Machine, Policy, Reserve, Scheduler};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The exit status of every refusal (EX_CONFIG); the unit's
+/// `RestartPreventExitStatus=78` stops systemd from retrying.
+pub const EX_CONFIG: i32 = 78;
+
+/// xlurmd's options: set them in the unit's ExecStart or a drop-in.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "xlurmd", version, about = "The xlurm scheduler daemon (org.xlurm.Scheduler1)")]
+pub struct Options {
+    /// Run on the session bus with the user's own systemd manager (development).
+    #[arg(long)]
+    pub user: bool,
+    /// Scheduling policy: fifo-strict, easy-backfill, strict-backfill, largest-first.
+    #[arg(long, default_value = "easy-backfill")]
+    pub policy: String,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 32)]
+    pub max_running: u32,
+    /// Longest any job may run (and the limit of jobs that give none): seconds or 45m, 2h, 7d.
+    #[arg(long, default_value = "7d")]
+    pub max_lifetime: String,
+    /// Floor of the default memory budget (e.g. 256M).
+    #[arg(long, default_value = "256M")]
+    pub min_job_mem: String,
+    /// CPUs kept for the OS, never given to jobs (e.g. 0,1).
+    #[arg(long, default_value = "")]
+    pub reserve_cpus: String,
+    /// Memory kept for the OS (e.g. 2G).
+    #[arg(long)]
+    pub reserve_mem: Option<String>,
+    /// Finished jobs are kept this long (seconds or 7d, 12h).
+    #[arg(long, default_value = "7d")]
+    pub retention: String,
+    /// Most pending jobs one user may have.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_pending_per_user: usize,
+    /// Let every user see every job's summary (never commands or output).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub list_is_public: bool,
+    /// Where job state lives.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Start even without cgroup v2 cpuset/memory controllers (no pinning, no budgets enforced).
+    #[arg(long)]
+    pub no_cgroup_check: bool,
+    /// The slice jobs run in.
+    #[arg(long, default_value = "xlurm.slice")]
+    pub slice: String,
+}
+
+/// A refusal: a message and exit status 78.
+#[derive(Debug)]
+pub struct Refusal(pub String);
+
+fn refuse<T>(msg: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(msg.into()))
+}
+
+fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    let journal = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten();
+    let registry = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+    match journal {
+        Some(j) => registry.with(j).init(),
+        None => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init(),
+    }
+}
+
+fn limits(o: &Options) -> Result<Limits, Refusal> {
+    let max_lifetime_secs = parse_duration_secs(&o.max_lifetime).map_err(|e| Refusal(format!("--max-lifetime: {e}")))?;
+    let min_job_mem = parse_bytes(&o.min_job_mem).map_err(|e| Refusal(format!("--min-job-mem: {e}")))?;
+    if o.max_running == 0 {
+        return refuse("--max-running must be at least 1");
+    }
+    Ok(Limits { max_running: o.max_running, max_lifetime_secs, min_job_mem })
+}
+
+/// Runs the daemon until SIGTERM. Returns the process exit status.
+pub async fn main(o: Options) -> i32 {
+    init_logging();
+    match run(o).await {
+        Ok(()) => 0,
+        Err(Refusal(msg)) => {
+            eprintln!("xlurmd: {msg}");
+            tracing::error!("refusing to start: {msg}");
+            EX_CONFIG
+        }
+    }
+}
+
+async fn run(o: Options) -> Result<(), Refusal> {
+    let policy: Policy = o.policy.parse().map_err(|e| Refusal(format!("--policy: {e}")))?;
+    let limits = limits(&o)?;
+    let retention_secs = parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
+    let reserve = Reserve {
+        cpus: IdSet::parse_list(&o.reserve_cpus).map_err(|e| Refusal(format!("--reserve-cpus: {e}")))?,
+        mem_bytes: match &o.reserve_mem {
+            Some(m) => parse_bytes(m).map_err(|e| Refusal(format!("--reserve-mem: {e}")))?,
+            None => 0,
+        },
+    };
+    let is_root = nix::unistd::geteuid().is_root();
+    if !o.user && !is_root {
+        return refuse("must run as root on the system bus (use --user to try xlurm on your session bus)");
+    }
+    if !o.no_cgroup_check {
+        if let Some(problem) = crate::host::cgroup_v2_problem(std::path::Path::new("/")) {
+            return refuse(format!(
+                "{problem}: xlurm could not pin CPUs and NUMA memory or enforce budgets (--no-cgroup-check starts anyway, without isolation)"
+            ));
+        }
+    }
+    let topology = crate::host::read_topology(std::path::Path::new("/"))
+        .map_err(|e| Refusal(format!("reading the NUMA topology: {e:#}")))?
+        .apply_reserve(&reserve)
+        .map_err(|e| Refusal(format!("--reserve-cpus/--reserve-mem: {e}")))?;
+    let state_dir = o.state_dir.clone().unwrap_or_else(|| {
+        if o.user {
+            let base = std::env::var_os("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state"));
+            base.join("xlurm")
+        } else {
+            std::env::var_os("STATE_DIRECTORY").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib/xlurm"))
+        }
+    });
+    let conn = if o.user { zbus::Connection::session().await } else { zbus::Connection::system().await }
+        .map_err(|e| Refusal(format!("cannot connect to the {} bus: {e}", if o.user { "session" } else { "system" })))?;
+    let systemd = Systemd::connect(&conn)
+        .await
+        .map_err(|e| Refusal(format!("{e:#} (is systemd running as the {} manager?)", if o.user { "user" } else { "system" })))?;
+    let (store, loaded) = Store::open(&state_dir).map_err(|e| Refusal(format!("state directory {}: {e:#}", state_dir.display())))?;
+    if let Some(w) = &loaded.warning {
+        tracing::error!("{w}");
+    }
+    let machine = Machine::new(topology, Vec::new());
+    let mut sched = Scheduler::new(machine, policy, limits);
+    for job in loaded.jobs.values().filter(|j| j.state == super::job::JobState::Pending) {
+        sched.enqueue(job.id, job.demand.clone());
+    }
+    let settings = Settings {
+        unit: UnitSettings {
+            slice: o.slice.clone(),
+            user_mode: o.user,
+            script_dir: store.script_dir(),
+            stop_timeout_usec: 10_000_000,
+        },
+        max_pending_per_user: o.max_pending_per_user,
+        retention_secs,
+        list_is_public: o.list_is_public,
+    };
+    let state = State::new(sched, loaded.jobs, store, loaded.next_id);
+    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone());
+    daemon.readopt().await.map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
+
+    let api = SchedulerApi { daemon: daemon.clone(), fixed_uid: None };
+    conn.object_server().at(PATH, api).await.map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
+    conn.request_name(BUS_NAME)
+        .await
+        .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
+
+    // Unit watcher: any change of a job unit triggers a read of its status.
+    spawn_unit_watcher(daemon.clone(), conn.clone()).await;
+    // Signals for state changes.
+    {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            while let Some((id, state)) = changes.recv().await {
+                if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
+                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
+                }
+            }
+        });
+    }
+    // Scheduling loop.
+    {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            loop {
+                d.schedule().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), d.kick.notified()).await;
+            }
+        });
+    }
+    // Safety net for missed signals, retention and status.
+    {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            let mut tick = 0u64;
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                tick += 1;
+                let running: Vec<u64> = {
+                    let st = d.state.lock().await;
+                    st.jobs.values().filter(|j| j.state == super::job::JobState::Running).map(|j| j.id).collect()
+                };
+                for id in running {
+                    d.reconcile(id).await;
+                }
+                if tick % 12 == 0 {
+                    d.clean().await;
+                }
+                notify_status(&d).await;
+            }
+        });
+    }
+    daemon.clean().await;
+    daemon.kick.notify_one();
+    notify_status(&daemon).await;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    tracing::info!("xlurmd ready on the {} bus (policy {policy})", if o.user { "session" } else { "system" });
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Refusal(format!("installing the SIGTERM handler: {e}")))?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!("stopping; running jobs keep running under systemd");
+    Ok(())
+}
+
+async fn notify_status(d: &Arc<Daemon>) {
+    let (pending, running) = d.state.lock().await.counts();
+    let status = format!("{pending} pending, {running} running");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
+}
+
+async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) {
+    use futures_util::StreamExt;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.systemd1")
+        .interface("org.freedesktop.DBus.Properties")
+        .member("PropertiesChanged")
+        .path_namespace("/org/freedesktop/systemd1/unit")
+        .build();
+    let rule = match rule {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("building the unit signal match: {e}");
+            return;
+        }
+    };
+    let mut stream = match zbus::MessageStream::for_match_rule(rule, &conn, std::num::NonZeroUsize::new(1024)).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("subscribing to unit signals: {e}");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            let path = msg.header().path().map(|p| p.to_string()).unwrap_or_default();
+            let Some(rest) = path.strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d") else { continue };
+            let Some(id) = rest.strip_suffix("_2eservice").and_then(|n| n.parse::<u64>().ok()) else { continue };
+            let d = d.clone();
+            tokio::spawn(async move { d.reconcile(id).await });
+        }
+    });
+}

@@ -1,0 +1,449 @@
+//! The daemon's logic: the queue, the scheduler, jobs, and their units.
+//!
+//! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
+//! take the caller's uid as an argument so they can be tested without a bus.
+
+use super::error::{ApiError, ApiResult};
+use super::job::{Command, Job, JobState, Outcome};
+use super::outcome::classify;
+use super::spec::Spec;
+use super::store::Store;
+use super::systemd::Systemd;
+use super::unit::{self, RunAs, UnitSettings};
+use crate::core::{JobId, Scheduler};
+use anyhow::Result;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::{Mutex, Notify};
+
+pub fn now_usec() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Settings that do not change while the daemon runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub unit: UnitSettings,
+    pub max_pending_per_user: usize,
+    pub retention_secs: u64,
+    pub list_is_public: bool,
+}
+
+pub struct State {
+    pub sched: Scheduler,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub store: Store,
+    pub next_id: JobId,
+    pending_per_user: HashMap<u32, usize>,
+}
+
+/// Everything the daemon's tasks share.
+pub struct Daemon {
+    pub state: Mutex<State>,
+    pub settings: Settings,
+    pub systemd: Systemd,
+    /// Wakes the scheduling loop.
+    pub kick: Notify,
+    /// Tells the API layer which jobs changed state (for signals).
+    pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, JobState)>,
+}
+
+/// What a submission got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: JobId,
+    pub mem_bytes: u64,
+    pub mem_default: bool,
+}
+
+impl State {
+    pub fn new(sched: Scheduler, jobs: BTreeMap<JobId, Job>, store: Store, next_id: JobId) -> State {
+        let mut pending_per_user = HashMap::new();
+        for j in jobs.values().filter(|j| j.state == JobState::Pending) {
+            *pending_per_user.entry(j.uid).or_insert(0) += 1;
+        }
+        State { sched, jobs, store, next_id, pending_per_user }
+    }
+
+    fn pending_done(&mut self, uid: u32) {
+        if let Some(n) = self.pending_per_user.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        (self.sched.pending_count(), self.sched.running_count())
+    }
+}
+
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// The submitter's user, primary group and supplementary groups, resolved now.
+pub fn resolve_run_as(uid: u32) -> Result<RunAs, String> {
+    use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
+    let user = User::from_uid(Uid::from_raw(uid))
+        .map_err(|e| format!("looking up uid {uid}: {e}"))?
+        .ok_or_else(|| format!("uid {uid} no longer exists"))?;
+    let group_name = |gid: Gid| {
+        Group::from_gid(gid)
+            .ok()
+            .flatten()
+            .map(|g| g.name)
+            .unwrap_or_else(|| gid.as_raw().to_string())
+    };
+    let cname = std::ffi::CString::new(user.name.clone()).map_err(|e| e.to_string())?;
+    let groups = getgrouplist(&cname, user.gid).unwrap_or_else(|_| vec![user.gid]);
+    Ok(RunAs {
+        group: group_name(user.gid),
+        supplementary: groups.into_iter().filter(|g| *g != user.gid).map(group_name).collect(),
+        user: user.name,
+    })
+}
+
+impl Daemon {
+    pub fn new(state: State, settings: Settings, systemd: Systemd) -> (Arc<Daemon>, tokio::sync::mpsc::UnboundedReceiver<(JobId, JobState)>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Arc::new(Daemon {
+            state: Mutex::new(state),
+            settings,
+            systemd,
+            kick: Notify::new(),
+            changes: tx,
+        });
+        (d, rx)
+    }
+
+    fn changed(&self, id: JobId, state: JobState) {
+        let _ = self.changes.send((id, state));
+    }
+
+    /// Queues jobs for `uid`. All specs are checked before any is queued.
+    pub async fn submit(&self, uid: u32, specs: Vec<Spec>) -> ApiResult<Vec<Submitted>> {
+        let user = user_name(uid);
+        let mut st = self.state.lock().await;
+        let mut demands = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let d = st.sched.validate(&spec.request).map_err(|e| {
+                ApiError::InvalidRequest(if specs.len() > 1 { format!("job {}: {e}", i + 1) } else { e.to_string() })
+            })?;
+            demands.push(d);
+        }
+        let pending = st.pending_per_user.get(&uid).copied().unwrap_or(0);
+        if pending + specs.len() > self.settings.max_pending_per_user {
+            return Err(ApiError::LimitExceeded(format!(
+                "{user} has {pending} pending jobs; the limit is {} (admin option --max-pending-per-user)",
+                self.settings.max_pending_per_user
+            )));
+        }
+        let now = now_usec();
+        let mut out = Vec::with_capacity(specs.len());
+        let mut new_jobs = Vec::with_capacity(specs.len());
+        for (spec, demand) in specs.into_iter().zip(demands) {
+            let id = st.next_id;
+            st.next_id += 1;
+            out.push(Submitted { id, mem_bytes: demand.mem_bytes, mem_default: demand.mem_default });
+            new_jobs.push(Job {
+                id,
+                name: spec.name,
+                uid,
+                user: user.clone(),
+                command: Command { argv: spec.argv, script: spec.script, cwd: spec.cwd, env: spec.env },
+                request: spec.request,
+                demand,
+                state: JobState::Pending,
+                submit_usec: now,
+                start_usec: 0,
+                end_usec: 0,
+                alloc: None,
+                unit: Job::unit_name(id),
+                invocation_id: String::new(),
+                outcome: None,
+                cancel_requested_by: None,
+            });
+        }
+        if let Err(e) = st.store.save(new_jobs.iter()) {
+            st.next_id -= new_jobs.len() as u64;
+            return Err(ApiError::Failed(format!("could not record the job, nothing was queued: {e:#}")));
+        }
+        for job in new_jobs {
+            st.sched.enqueue(job.id, job.demand.clone());
+            *st.pending_per_user.entry(uid).or_insert(0) += 1;
+            st.jobs.insert(job.id, job);
+        }
+        drop(st);
+        self.kick.notify_one();
+        Ok(out)
+    }
+
+    /// Whether `uid` may see details of, or act on, `job` without polkit.
+    pub fn owns(uid: u32, job: &Job) -> bool {
+        uid == 0 || uid == job.uid
+    }
+
+    /// Cancels a job. `admin` says the caller passed the polkit check for
+    /// other users' jobs.
+    pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
+        let mut st = self.state.lock().await;
+        let job = st.jobs.get(&id).ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+        if !Self::owns(uid, job) && !admin {
+            return Err(ApiError::PermissionDenied(format!(
+                "job {id} belongs to {}; only its owner or an admin may cancel it",
+                job.user
+            )));
+        }
+        match job.state {
+            JobState::Pending => {
+                let owner = job.uid;
+                st.sched.dequeue(id);
+                st.pending_done(owner);
+                let now = now_usec();
+                let job = st.jobs.get_mut(&id).expect("checked above");
+                job.state = JobState::Cancelled;
+                job.end_usec = now;
+                job.cancel_requested_by = Some(uid);
+                job.outcome = Some(Outcome { detail: "cancelled before it started".into(), ..Default::default() });
+                let job = job.clone();
+                st.store.save([&job]).map_err(ApiError::from)?;
+                drop(st);
+                self.changed(id, JobState::Cancelled);
+                self.kick.notify_one();
+                Ok(JobState::Cancelled)
+            }
+            JobState::Running => {
+                let unit = job.unit.clone();
+                let job = st.jobs.get_mut(&id).expect("checked above");
+                job.cancel_requested_by = Some(uid);
+                let job = job.clone();
+                st.store.save([&job]).map_err(ApiError::from)?;
+                drop(st);
+                if let Err(e) = self.systemd.stop(&unit).await {
+                    tracing::warn!("stopping {unit}: {e}");
+                }
+                // The unit watcher records the final state.
+                self.reconcile(id).await;
+                Ok(JobState::Running)
+            }
+            s => Err(ApiError::WrongState(format!("job {id} already ended ({})", s.name()))),
+        }
+    }
+
+    /// One scheduling pass: start what fits.
+    pub async fn schedule(&self) {
+        let mut st = self.state.lock().await;
+        let now = now_usec();
+        let starts = st.sched.schedule(now / 1_000_000);
+        if starts.is_empty() {
+            return;
+        }
+        let mut started = Vec::with_capacity(starts.len());
+        for (id, alloc) in starts {
+            let Some(job) = st.jobs.get_mut(&id) else { continue };
+            job.state = JobState::Running;
+            job.start_usec = now;
+            job.alloc = Some(alloc);
+            started.push(job.clone());
+        }
+        for j in &started {
+            st.pending_done(j.uid);
+        }
+        // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
+        if let Err(e) = st.store.save(started.iter()) {
+            tracing::error!("recording started jobs failed, putting them back: {e:#}");
+            for j in &started {
+                st.sched.finish(j.id);
+                st.sched.enqueue(j.id, j.demand.clone());
+                if let Some(job) = st.jobs.get_mut(&j.id) {
+                    job.state = JobState::Pending;
+                    job.alloc = None;
+                }
+            }
+            return;
+        }
+        for j in &started {
+            if let Some(job) = st.jobs.get_mut(&j.id) {
+                job.command.env = None;
+            }
+        }
+        drop(st);
+        for job in started {
+            self.changed(job.id, JobState::Running);
+            self.launch(job).await;
+        }
+    }
+
+    async fn launch(&self, job: Job) {
+        let run_as = match resolve_run_as(job.uid) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.fail_launch(job.id, format!("cannot resolve the submitter: {e}")).await;
+                return;
+            }
+        };
+        if let Some(script) = &job.command.script {
+            let path = unit::script_path(&self.settings.unit, job.id);
+            if let Err(e) = write_script(&path, script) {
+                self.fail_launch(job.id, format!("cannot write the script snapshot: {e:#}")).await;
+                return;
+            }
+        }
+        let visibility = cpu_only_visibility();
+        let props = unit::properties(&job, &self.settings.unit, run_as.as_ref(), &visibility, &[]);
+        match self.systemd.start(&job.unit, &props).await {
+            Ok(_) => {
+                tracing::info!(job = job.id, unit = %job.unit, "started");
+                self.reconcile(job.id).await;
+            }
+            Err(e) => self.fail_launch(job.id, format!("systemd refused the unit: {e}")).await,
+        }
+    }
+
+    async fn fail_launch(&self, id: JobId, detail: String) {
+        tracing::warn!(job = id, "launch failed: {detail}");
+        let outcome = Outcome { result: "launch-failed".into(), detail, ..Default::default() };
+        self.finalize(id, JobState::LaunchFailed, outcome).await;
+    }
+
+    /// Records a final state, frees the job's resources and collects its unit.
+    async fn finalize(&self, id: JobId, state: JobState, outcome: Outcome) {
+        let mut st = self.state.lock().await;
+        let Some(job) = st.jobs.get_mut(&id) else { return };
+        if job.state.is_final() {
+            return;
+        }
+        job.state = state;
+        job.end_usec = now_usec();
+        job.outcome = Some(outcome);
+        let job = job.clone();
+        st.sched.finish(id);
+        if let Err(e) = st.store.save([&job]) {
+            tracing::error!(job = id, "recording the final state failed: {e:#}");
+        }
+        drop(st);
+        tracing::info!(job = id, state = state.name(), "finished");
+        let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        self.systemd.collect(&job.unit).await;
+        self.changed(id, state);
+        self.kick.notify_one();
+    }
+
+    /// Reads job `id`'s unit and records its end if it finished.
+    pub async fn reconcile(&self, id: JobId) {
+        let (unit, cancelled, invocation) = {
+            let st = self.state.lock().await;
+            match st.jobs.get(&id) {
+                Some(j) if j.state == JobState::Running => (j.unit.clone(), j.cancel_requested_by.is_some(), j.invocation_id.clone()),
+                _ => return,
+            }
+        };
+        match self.systemd.status(&unit).await {
+            Ok(Some(status)) => {
+                if !invocation.is_empty() && !status.invocation_id.is_empty() && status.invocation_id != invocation {
+                    let detail = format!("its unit {unit} now belongs to another invocation");
+                    self.finalize(id, JobState::Lost, Outcome { detail, ..Default::default() }).await;
+                    return;
+                }
+                if invocation.is_empty() && !status.invocation_id.is_empty() {
+                    let mut st = self.state.lock().await;
+                    if let Some(j) = st.jobs.get_mut(&id) {
+                        j.invocation_id = status.invocation_id.clone();
+                        let j = j.clone();
+                        let _ = st.store.save([&j]);
+                    }
+                }
+                if status.finished() {
+                    let (state, outcome) = classify(&status, cancelled);
+                    self.finalize(id, state, outcome).await;
+                }
+            }
+            Ok(None) => {
+                let (state, detail) = if cancelled {
+                    (JobState::Cancelled, "cancelled".to_string())
+                } else {
+                    (JobState::Cancelled, format!("its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded"))
+                };
+                self.finalize(id, state, Outcome { detail, ..Default::default() }).await;
+            }
+            Err(e) => tracing::warn!(job = id, "reading {unit}: {e:#}"),
+        }
+    }
+
+    /// At start: re-adopts running jobs whose units live, harvests finished
+    /// ones, and marks vanished ones LOST.
+    pub async fn readopt(&self) -> Result<()> {
+        let running: Vec<Job> = {
+            let st = self.state.lock().await;
+            st.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect()
+        };
+        for job in running {
+            match self.systemd.status(&job.unit).await? {
+                Some(status) if job.invocation_id.is_empty() || status.invocation_id == job.invocation_id => {
+                    {
+                        let mut st = self.state.lock().await;
+                        if let Some(alloc) = job.alloc.clone() {
+                            let deadline = job.start_usec / 1_000_000 + job.demand.time_limit_secs;
+                            st.sched.adopt(job.id, alloc, deadline);
+                        }
+                    }
+                    tracing::info!(job = job.id, "re-adopted {}", job.unit);
+                    self.reconcile(job.id).await;
+                }
+                _ => {
+                    let detail = format!("its unit {} vanished while xlurmd was down (a reboot?)", job.unit);
+                    let mut st = self.state.lock().await;
+                    if let Some(j) = st.jobs.get_mut(&job.id) {
+                        j.state = JobState::Lost;
+                        j.end_usec = now_usec();
+                        j.outcome = Some(Outcome { detail, ..Default::default() });
+                        let j = j.clone();
+                        st.store.save([&j])?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops finished jobs older than the retention period.
+    pub async fn clean(&self) {
+        let cutoff = now_usec().saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
+        let mut st = self.state.lock().await;
+        st.jobs.retain(|_, j| !(j.state.is_final() && j.end_usec < cutoff));
+        let live = st.jobs.len();
+        let next = st.next_id;
+        let State { store, jobs, .. } = &mut *st;
+        if store.save_next_id(next).is_ok() {
+            if let Err(e) = store.maybe_compact(live, jobs.values()) {
+                tracing::warn!("compacting the job log: {e:#}");
+            }
+        }
+    }
+}
+
+/// Every visibility variable set so that no accelerator is visible.
+pub fn cpu_only_visibility() -> Vec<(String, String)> {
+    unit::VISIBILITY_VARS
+        .iter()
+        .filter(|v| **v != "CUDA_DEVICE_ORDER")
+        .map(|v| (v.to_string(), String::new()))
+        .collect()
+}
+
+fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
+    std::io::Write::write_all(&mut f, script.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The systemd manager as xlurmd uses it, over D-Bus (org.freedesktop.systemd1(5)).
+//!
+//! Small explicit calls: start a transient unit, stop it, read its status,
+//! list job units, and reset a failed one after its result was recorded.
+
+use super::outcome::UnitStatus;
+use anyhow::{Context, Result};
+use std::collections::HashMap;
+use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
+
+#[zbus::proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1"
+)]
+pub trait Manager {
+    fn subscribe(&self) -> zbus::Result<()>;
+
+    #[allow(clippy::type_complexity)]
+    fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: &[(&str, Variant<'_>)],
+        aux: &[(&str, Vec<(&str, Variant<'_>)>)],
+    ) -> zbus::Result<OwnedObjectPath>;
+
+    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+
+    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
+
+    fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+
+    #[allow(clippy::type_complexity)]
+    fn list_units_by_patterns(
+        &self,
+        states: &[&str],
+        patterns: &[&str],
+    ) -> zbus::Result<
+        Vec<(
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            OwnedObjectPath,
+            u32,
+            String,
+            OwnedObjectPath,
+        )>,
+    >;
+
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+}
+
+/// The systemd manager on one bus.
+#[derive(Clone)]
+pub struct Systemd {
+    conn: Connection,
+    manager: ManagerProxy<'static>,
+}
+
+/// The D-Bus object path of a unit (systemd escapes names: `-` is `_2d`).
+pub fn unit_path(unit: &str) -> String {
+    let mut path = String::from("/org/freedesktop/systemd1/unit/");
+    for (i, b) in unit.bytes().enumerate() {
+        if b.is_ascii_alphanumeric() && !(i == 0 && b.is_ascii_digit()) {
+            path.push(b as char);
+        } else {
+            path.push_str(&format!("_{b:02x}"));
+        }
+    }
+    path
+}
+
+fn get<T: TryFrom<OwnedVariant>>(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<T> {
+    map.get(key).and_then(|v| v.try_clone().ok()).and_then(|v| T::try_from(v).ok())
+}
+
+/// A u64 property, `None` for systemd's "unset" value `u64::MAX`.
+fn get_u64(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<u64> {
+    get::<u64>(map, key).filter(|v| *v != u64::MAX)
+}
+
+impl Systemd {
+    /// Connects to the manager on `conn` and subscribes to its signals.
+    pub async fn connect(conn: &Connection) -> Result<Systemd> {
+        let manager = ManagerProxy::new(conn)
+            .await
+            .context("creating the systemd manager proxy")?;
+        manager
+            .subscribe()
+            .await
+            .context("systemd manager unreachable (Subscribe failed)")?;
+        Ok(Systemd {
+            conn: conn.clone(),
+            manager,
+        })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub async fn version(&self) -> Result<String> {
+        Ok(self.manager.version().await?)
+    }
+
+    /// Starts `unit` with `props`; fails if systemd refuses the properties or
+    /// the unit exists.
+    pub async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<OwnedObjectPath> {
+        self.manager.start_transient_unit(unit, "fail", props, &[]).await
+    }
+
+    /// Asks systemd to stop `unit` (SIGTERM to its whole cgroup, then SIGKILL).
+    pub async fn stop(&self, unit: &str) -> zbus::Result<()> {
+        self.manager.stop_unit(unit, "replace").await.map(|_| ())
+    }
+
+    /// Lets systemd forget a failed unit after its result was recorded.
+    pub async fn reset_failed(&self, unit: &str) {
+        let _ = self.manager.reset_failed_unit(unit).await;
+    }
+
+    /// Stops and forgets a finished unit, after its result was recorded.
+    pub async fn collect(&self, unit: &str) {
+        let _ = self.manager.stop_unit(unit, "replace").await;
+        self.reset_failed(unit).await;
+    }
+
+    /// Names of loaded units matching `pattern`.
+    pub async fn list(&self, pattern: &str) -> Result<Vec<String>> {
+        let units = self
+            .manager
+            .list_units_by_patterns(&[], &[pattern])
+            .await
+            .context("listing job units")?;
+        Ok(units.into_iter().map(|u| u.0).collect())
+    }
+
+    /// The status of `unit`, or `None` when systemd has no such unit loaded.
+    pub async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
+        if self.manager.get_unit(unit).await.is_err() {
+            return Ok(None);
+        }
+        let path = unit_path(unit);
+        let props = zbus::fdo::PropertiesProxy::builder(&self.conn)
+            .destination("org.freedesktop.systemd1")
+            .path(path.as_str())
+            .build()
+            .await?;
+        let unit_iface = zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Unit")?;
+        let service_iface = zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Service")?;
+        let u = match props.get_all(unit_iface).await {
+            Ok(u) => u,
+            Err(_) => return Ok(None),
+        };
+        let s = props.get_all(service_iface).await.unwrap_or_default();
+        let invocation: Vec<u8> = get(&u, "InvocationID").unwrap_or_default();
+        Ok(Some(UnitStatus {
+            active_state: get(&u, "ActiveState").unwrap_or_default(),
+            sub_state: get(&u, "SubState").unwrap_or_default(),
+            result: get(&s, "Result").unwrap_or_default(),
+            exec_main_code: get(&s, "ExecMainCode").unwrap_or(0),
+            exec_main_status: get(&s, "ExecMainStatus").unwrap_or(0),
+            memory_peak: get_u64(&s, "MemoryPeak"),
+            memory_max: get_u64(&s, "MemoryMax"),
+            cpu_nsec: get_u64(&s, "CPUUsageNSec"),
+            invocation_id: invocation.iter().map(|b| format!("{b:02x}")).collect(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_paths_are_escaped_like_systemd() {
+        assert_eq!(
+            unit_path("xlurm-job-12.service"),
+            "/org/freedesktop/systemd1/unit/xlurm_2djob_2d12_2eservice"
+        );
+    }
+}
