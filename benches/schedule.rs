@@ -1,1 +1,394 @@
-fn main() {}
+//! Scheduling-pass benchmark (no harness): `cargo bench --bench schedule`.
+//!
+//! Machines: 8 NUMA nodes with one GPU each, and
+//! - `256cpu`: 8 x 32 CPUs x 256 GiB, the machine of the issue. Every job
+//!   holds at least one CPU, so at most 256 jobs can run on it; the honest
+//!   fullest state is 232 running jobs (8 GPU jobs and 224 one-CPU jobs)
+//!   leaving 3 CPUs and 16 GiB free on every node;
+//! - `1024cpu`: 8 x 128 CPUs x 512 GiB, to have 1,000 jobs running for real
+//!   (8 GPU jobs and 992 one-CPU jobs), again 3 CPUs free per node.
+//!
+//! Running jobs are adopted ([`Scheduler::adopt`]) with explicit allocations;
+//! `max_running` is 2,000 so the running limit never ends a pass.
+//!
+//! Queues (jobs in submission order, a 4-GPU job at the head):
+//! - `hard`: free CPUs and memory exist but no queued job fits them (GPU jobs
+//!   while every GPU is held, CPU jobs wider than what is free, small CPU jobs
+//!   with more memory than is free, numa-local jobs wider than a node's free
+//!   CPUs, exclusive jobs). Every policy but fifo-strict must walk the whole
+//!   queue.
+//! - `fill`: `hard` plus 1 % small jobs that fit: the pass starts jobs until
+//!   the free CPUs are gone and then stops early.
+//! - `distinct`: `hard` with a different memory size for every job, so no two
+//!   jobs share a request shape (the worst case for the per-pass failure cache).
+//!
+//! Each figure is one `schedule()` call on a fresh clone of the same state
+//! (cloning is not timed); "release" times `finish()` of one running job plus
+//! the pass that follows.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use xlurm::core::*;
+
+const GIB: u64 = 1 << 30;
+const HOUR: u64 = 3600;
+const NOW: u64 = 1_000_000;
+const PASSES: usize = 50;
+
+/// splitmix64: a small deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    cpus_per_node: u32,
+    mem_per_node: u64,
+    /// Memory each one-CPU running job holds.
+    job_mem: u64,
+}
+
+const MACHINES: [Shape; 2] = [
+    Shape {
+        name: "256cpu",
+        cpus_per_node: 32,
+        mem_per_node: 256 * GIB,
+        job_mem: 8 * GIB,
+    },
+    Shape {
+        name: "1024cpu",
+        cpus_per_node: 128,
+        mem_per_node: 512 * GIB,
+        job_mem: 3 * GIB + GIB / 2,
+    },
+];
+
+/// CPUs left free on every node.
+const FREE_PER_NODE: u32 = 3;
+const NODES: u32 = 8;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Queue {
+    Hard,
+    Fill,
+    Distinct,
+}
+
+impl Queue {
+    fn name(self) -> &'static str {
+        match self {
+            Queue::Hard => "hard",
+            Queue::Fill => "fill",
+            Queue::Distinct => "distinct",
+        }
+    }
+}
+
+fn machine(shape: Shape) -> Machine {
+    let devices = (0..NODES)
+        .map(|i| Device::new(Vendor::Nv, i, format!("GPU-{i}"), Some(i)))
+        .collect();
+    Machine::new(
+        Topology::uniform(NODES, shape.cpus_per_node, shape.mem_per_node),
+        devices,
+    )
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_running: 2000,
+        max_lifetime_secs: 7 * 24 * HOUR,
+        min_job_mem: 256 << 20,
+    }
+}
+
+/// Adopts the running jobs: per node one GPU job (1 GPU, 1 CPU, 16 GiB) and
+/// one-CPU jobs on all but `FREE_PER_NODE` CPUs. Returns the running IDs.
+fn adopt_running(s: &mut Scheduler, shape: Shape, rng: &mut Rng) -> Vec<JobId> {
+    let mut ids = Vec::new();
+    let mut id: JobId = 1;
+    for node in 0..NODES {
+        let base = node * shape.cpus_per_node;
+        let used = shape.cpus_per_node - FREE_PER_NODE;
+        for k in 0..used {
+            let gpu = k == 0;
+            let mem = if gpu { 16 * GIB } else { shape.job_mem };
+            let alloc = Allocation {
+                cpus: [base + k].into_iter().collect(),
+                mem_nodes: [node].into_iter().collect(),
+                mem_bytes: mem,
+                mem_charge: vec![(node, mem)],
+                devices: if gpu {
+                    vec![DeviceRef {
+                        vendor: Vendor::Nv,
+                        index: node,
+                        uuid: format!("GPU-{node}"),
+                    }]
+                } else {
+                    vec![]
+                },
+                spread: false,
+                exclusive: false,
+            };
+            s.adopt(id, alloc, NOW + rng.range(HOUR, 7 * 24 * HOUR));
+            ids.push(id);
+            id += 1;
+        }
+    }
+    ids
+}
+
+/// One queued request of the given mix; `i` is its position.
+fn pending_request(q: Queue, i: usize, free_cpus: u32, free_mem: u64, rng: &mut Rng) -> Request {
+    let time = Some(rng.range(60, 7 * 24 * HOUR));
+    let gpus = |n: u32| DeviceRequest {
+        count: n,
+        ..Default::default()
+    };
+    let mut r = if i == 0 {
+        Request {
+            cpus: 8,
+            devices: gpus(4),
+            ..Default::default()
+        }
+    } else if q == Queue::Fill && rng.below(100) == 0 {
+        Request {
+            cpus: 1,
+            mem_bytes: Some(GIB),
+            ..Default::default()
+        }
+    } else {
+        match rng.below(20) {
+            // GPU jobs: every GPU is held.
+            0..=5 => {
+                let mut d = gpus(rng.range(1, 2) as u32);
+                match rng.below(10) {
+                    0 => {
+                        d.vendor = Some(Vendor::Nv);
+                        d.ids = (0..d.count).map(|_| rng.below(8) as u32).collect();
+                        d.ids.sort_unstable();
+                        d.ids.dedup();
+                        d.count = d.ids.len() as u32;
+                    }
+                    1 => d.exclude = vec![rng.below(8) as u32],
+                    2 => d.vendor = Some(Vendor::Nv),
+                    _ => {}
+                }
+                Request {
+                    cpus: rng.range(1, 8) as u32,
+                    devices: d,
+                    ..Default::default()
+                }
+            }
+            // Wider than the free CPUs.
+            6..=11 => Request {
+                cpus: rng.range(free_cpus as u64 + 1, 96) as u32,
+                ..Default::default()
+            },
+            // Small, but more memory than is free.
+            12..=15 => Request {
+                cpus: rng.range(1, 4) as u32,
+                mem_bytes: Some(free_mem + rng.range(1, 64) * GIB),
+                ..Default::default()
+            },
+            // numa-local, wider than any node's free CPUs.
+            16..=18 => Request {
+                cpus: rng.range(FREE_PER_NODE as u64 + 1, 32) as u32,
+                numa_local: true,
+                mem_bytes: Some(rng.range(1, 16) * GIB),
+                ..Default::default()
+            },
+            _ => Request {
+                cpus: 1,
+                exclusive: true,
+                ..Default::default()
+            },
+        }
+    };
+    r.time_limit_secs = time;
+    if q == Queue::Distinct && !r.exclusive {
+        // A memory size no other job asks for (and still no fit: CPU-bound
+        // jobs keep their CPU shortage, memory-bound ones grow).
+        let base = r.mem_bytes.unwrap_or(GIB);
+        r.mem_bytes = Some(base + 4096 * i as u64);
+    }
+    r
+}
+
+/// A scheduler in the state described at the top, with `pending` queued jobs.
+fn build(shape: Shape, q: Queue, pending: usize, policy: Policy) -> (Scheduler, Vec<JobId>) {
+    let mut rng = Rng(0x5eed ^ pending as u64);
+    let mut s = Scheduler::new(machine(shape), policy, limits());
+    let running = adopt_running(&mut s, shape, &mut rng);
+    let free_cpus = s.free().free_cpus();
+    let free_mem: u64 = s.free().mem.iter().sum();
+    let mut id: JobId = 100_000;
+    for i in 0..pending {
+        let req = pending_request(q, i, free_cpus, free_mem, &mut rng);
+        let d = s.validate(&req).expect("benchmark request is valid");
+        s.enqueue(id, d);
+        id += 1;
+    }
+    (s, running)
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+    max: Duration,
+    started: usize,
+}
+
+fn stats(mut times: Vec<Duration>, started: usize) -> Stats {
+    times.sort_unstable();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median: at(0.5),
+        p90: at(0.9),
+        max: *times.last().unwrap(),
+        started,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:8.3}", d.as_secs_f64() * 1e3)
+}
+
+/// Times `PASSES` passes, each on a fresh clone of `base`.
+fn time_passes(base: &Scheduler, n: usize) -> Stats {
+    let mut times = Vec::with_capacity(n);
+    let mut started = 0;
+    for _ in 0..n {
+        let mut s = base.clone();
+        let t = Instant::now();
+        let starts = s.schedule(black_box(NOW));
+        times.push(t.elapsed());
+        started = starts.len();
+        black_box(starts);
+    }
+    stats(times, started)
+}
+
+/// Times releasing one running job and the pass after it.
+fn time_release(base: &Scheduler, running: &[JobId], n: usize) -> Stats {
+    let mut times = Vec::with_capacity(n);
+    let mut started = 0;
+    for i in 0..n {
+        let mut s = base.clone();
+        // Alternate GPU jobs (the first on each node) and one-CPU jobs.
+        let per_node = running.len() / NODES as usize;
+        let node = i % NODES as usize;
+        let victim = if i % 2 == 0 {
+            running[node * per_node]
+        } else {
+            running[node * per_node + 1 + i % (per_node - 1)]
+        };
+        let t = Instant::now();
+        s.finish(black_box(victim)).expect("victim runs");
+        let starts = s.schedule(black_box(NOW + 1));
+        times.push(t.elapsed());
+        started = started.max(starts.len());
+        black_box(starts);
+    }
+    stats(times, started)
+}
+
+fn header() {
+    println!(
+        "{:<8} {:<9} {:<16} {:>8} {:>8} {:>8} {:>8}",
+        "machine", "queue", "policy", "median", "p90", "max", "started"
+    );
+}
+
+fn row(machine: &str, queue: &str, policy: Policy, st: &Stats) {
+    println!(
+        "{:<8} {:<9} {:<16} {} {} {} {:>8}",
+        machine,
+        queue,
+        policy.name(),
+        ms(st.median),
+        ms(st.p90),
+        ms(st.max),
+        st.started
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a quick smoke run with `-- --quick`.
+    let quick = std::env::args().any(|a| a == "--quick");
+    let passes = if quick { 5 } else { PASSES };
+    let n = if quick { 10_000 } else { 100_000 };
+    println!(
+        "xlurm scheduling pass: {n} pending jobs, times in ms over {passes} passes \
+         (each on a fresh clone of the same state)"
+    );
+    for shape in MACHINES {
+        let (s, running) = build(shape, Queue::Hard, 1, Policy::FifoStrict);
+        println!(
+            "machine {}: {} CPUs, 8 GPUs, {} running jobs, {} CPUs and {} GiB free",
+            shape.name,
+            NODES * shape.cpus_per_node,
+            running.len(),
+            s.free().free_cpus(),
+            s.free().mem.iter().sum::<u64>() / GIB
+        );
+    }
+    println!();
+    header();
+    for shape in MACHINES {
+        for q in [Queue::Hard, Queue::Fill, Queue::Distinct] {
+            for policy in Policy::ALL {
+                let (s, _) = build(shape, q, n, policy);
+                row(shape.name, q.name(), policy, &time_passes(&s, passes));
+            }
+        }
+        for policy in Policy::ALL {
+            let (s, running) = build(shape, Queue::Hard, n, policy);
+            row(
+                shape.name,
+                "release",
+                policy,
+                &time_release(&s, &running, passes),
+            );
+        }
+    }
+    println!();
+    println!("pass cost vs queue length (machine 1024cpu, hard queue, median ms; per job in ns)");
+    let lens: &[usize] = if quick {
+        &[1_000, 10_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    print!("{:<16}", "policy");
+    for len in lens {
+        print!(" {:>18}", format!("{len} jobs"));
+    }
+    println!();
+    for policy in Policy::ALL {
+        print!("{:<16}", policy.name());
+        for &len in lens {
+            let (s, _) = build(MACHINES[1], Queue::Hard, len, policy);
+            let st = time_passes(&s, passes);
+            let per_job = st.median.as_secs_f64() * 1e9 / len as f64;
+            print!(" {} {:>7.1}ns", ms(st.median), per_job);
+        }
+        println!();
+    }
+}

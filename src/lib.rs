@@ -4,7 +4,10 @@
 //! policies; no I/O) and the edges that talk to the world (D-Bus server, systemd
 //! client, vendor libraries, CLI). See `docs/ARCHITECTURE.md`.
 
+pub mod accel;
 pub mod core;
 pub mod daemon;
 pub mod cli;
 pub mod host;
+#[doc(hidden)]
+pub mod testing;

@@ -73,7 +73,11 @@ pub fn visibility_env(
     }
     let mut sorted: Vec<&DeviceRef> = devices.iter().collect();
     sorted.sort_by_key(|d| d.index);
-    let uuids = sorted.iter().map(|d| d.uuid.as_str()).collect::<Vec<_>>().join(",");
+    let uuids = sorted
+        .iter()
+        .map(|d| d.uuid.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
     let indices = sorted
         .iter()
         .map(|d| d.index.to_string())

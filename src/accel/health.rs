@@ -166,7 +166,10 @@ mod tests {
 
     #[test]
     fn the_holders_processes_do_not_count() {
-        assert_eq!(assess("U", &poll("U", &[100, 101]), Some(7), &jobs), Health::Ok);
+        assert_eq!(
+            assess("U", &poll("U", &[100, 101]), Some(7), &jobs),
+            Health::Ok
+        );
         // Another job's process on our device, and an outsider: both count.
         assert_eq!(
             assess("U", &poll("U", &[100, 200, 9]), Some(7), &jobs),
@@ -206,10 +209,16 @@ mod tests {
 
         p = poll("U", &[]);
         p.uuid = Err(QueryError::new("uuid(0)", "boom"));
-        assert!(matches!(assess("U", &p, None, &jobs), Health::Unknown { .. }));
+        assert!(matches!(
+            assess("U", &p, None, &jobs),
+            Health::Unknown { .. }
+        ));
         p = poll("U", &[]);
         p.condition = Err(QueryError::new("health(0)", "boom"));
-        assert!(matches!(assess("U", &p, None, &jobs), Health::Unknown { .. }));
+        assert!(matches!(
+            assess("U", &p, None, &jobs),
+            Health::Unknown { .. }
+        ));
     }
 
     #[test]
@@ -226,7 +235,12 @@ mod tests {
         let all = assess_all(&devices, &Ok(vec![poll("U", &[1])]), |_| None, jobs);
         assert_eq!(all[0], Health::Busy { processes: 1 });
         assert!(matches!(&all[1], Health::Unknown { error } if error.contains("missing")));
-        let all = assess_all(&devices, &Err(QueryError::new("count", "no")), |_| None, jobs);
+        let all = assess_all(
+            &devices,
+            &Err(QueryError::new("count", "no")),
+            |_| None,
+            jobs,
+        );
         assert!(all.iter().all(|h| matches!(h, Health::Unknown { .. })));
     }
 
@@ -244,7 +258,10 @@ mod tests {
             job_from_cgroup("12:pids:/x\n0::/user.slice/user-1000.slice/session-3.scope\n"),
             None
         );
-        assert_eq!(job_from_cgroup("0::/xlurm.slice/xlurm-job-x.service\n"), None);
+        assert_eq!(
+            job_from_cgroup("0::/xlurm.slice/xlurm-job-x.service\n"),
+            None
+        );
         assert_eq!(job_from_cgroup("0::/xlurm-job-42.services\n"), None);
 
         let proc = tempfile::tempdir().unwrap();

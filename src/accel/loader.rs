@@ -143,7 +143,8 @@ pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, 
                     reason: all,
                 })
             } else if reason.contains("No such file") || reason.contains("cannot open shared") {
-                let mut tried: Vec<String> = spec.candidates.iter().map(|c| c.to_string()).collect();
+                let mut tried: Vec<String> =
+                    spec.candidates.iter().map(|c| c.to_string()).collect();
                 tried.push(format!("{} via the dynamic loader", spec.loader_name));
                 Err(AccelError::NotInstalled {
                     vendor,
@@ -177,11 +178,6 @@ impl Lib {
     /// As for [`Lib::req`].
     pub unsafe fn opt<T: Copy>(&self, symbol: &str) -> Option<T> {
         self.lib.get::<T>(symbol).ok().map(|s| *s)
-    }
-
-    pub fn has(&self, symbol: &str) -> bool {
-        // SAFETY: only the symbol's address is looked up, never called.
-        unsafe { self.lib.get::<*const ()>(symbol).is_ok() }
     }
 
     pub fn missing(&self, symbol: &str, detail: &str) -> AccelError {

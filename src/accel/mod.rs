@@ -38,7 +38,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use env::{visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES};
+pub use env::{
+    visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
+};
 pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
 pub use nodes::{
     device_allow, drm_nodes, normalize_bdf, processes_holding, sysfs_numa_node, UnknownDevice,
@@ -353,7 +355,7 @@ pub fn open_backend(vendor: Vendor, config: &AccelConfig) -> Result<Arc<dyn Back
         Vendor::Asc => Arc::new(dcmi::Dcmi::new(library, config)?),
         Vendor::Mtt => Arc::new(mtml::Mtml::new(library, config)?),
         Vendor::Mx => Arc::new(mxsml::Mxsml::new(library, config)?),
-        Vendor::Ppu => Arc::new(hgml::Hgml::new(library, config)?),
+        Vendor::Ppu => Arc::new(hgml::Hgml::hgml(library, config)?),
         Vendor::Hcu => Arc::new(hcu::Hcu::new(library, config)?),
     })
 }
@@ -364,7 +366,11 @@ fn open_and_discover(vendor: Vendor, config: &AccelConfig) -> Result<Active, Acc
     if devices.is_empty() {
         return Err(AccelError::invalid(
             vendor,
-            format!("{} ({}) reports no devices", backend.library().display(), backend.api()),
+            format!(
+                "{} ({}) reports no devices",
+                backend.library().display(),
+                backend.api()
+            ),
         ));
     }
     Ok(Active { backend, devices })

@@ -43,7 +43,10 @@ fn pci_dir(sysfs_root: &Path, bdf: &str) -> PathBuf {
 /// The NUMA node sysfs gives a PCI device (`-1`, unreadable or absent: unknown).
 pub fn sysfs_numa_node(sysfs_root: &Path, bdf: &str) -> Option<u32> {
     let text = std::fs::read_to_string(pci_dir(sysfs_root, bdf).join("numa_node")).ok()?;
-    text.trim().parse::<i64>().ok().and_then(|n| u32::try_from(n).ok())
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// The DRM nodes of a PCI device, from `<sysfs>/bus/pci/devices/<bdf>/drm/`:
@@ -110,7 +113,11 @@ pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>
     let entries = std::fs::read_dir(proc_root)
         .map_err(|e| format!("cannot list {}: {e}", proc_root.display()))?;
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let fd_dir = entry.path().join("fd");
@@ -121,7 +128,7 @@ pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>
         };
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
-                if nodes.iter().any(|n| *n == target) {
+                if nodes.contains(&target) {
                     pids.push(pid);
                     break;
                 }
@@ -171,10 +178,19 @@ mod tests {
 
     #[test]
     fn bdfs_normalise_to_the_sysfs_form() {
-        assert_eq!(normalize_bdf("00000000:3B:00.0").as_deref(), Some("0000:3b:00.0"));
-        assert_eq!(normalize_bdf("0000:3b:1f.7").as_deref(), Some("0000:3b:1f.7"));
+        assert_eq!(
+            normalize_bdf("00000000:3B:00.0").as_deref(),
+            Some("0000:3b:00.0")
+        );
+        assert_eq!(
+            normalize_bdf("0000:3b:1f.7").as_deref(),
+            Some("0000:3b:1f.7")
+        );
         assert_eq!(normalize_bdf("3b:00.1").as_deref(), Some("0000:3b:00.1"));
-        assert_eq!(normalize_bdf("0001:c1:00.0\0").as_deref(), Some("0001:c1:00.0"));
+        assert_eq!(
+            normalize_bdf("0001:c1:00.0\0").as_deref(),
+            Some("0001:c1:00.0")
+        );
         assert_eq!(normalize_bdf("garbage"), None);
         assert_eq!(normalize_bdf("0000:3b:20.0"), None);
         assert_eq!(normalize_bdf(""), None);
@@ -201,7 +217,10 @@ mod tests {
         let err = required_drm_nodes(Vendor::Hcu, root.path(), Some("0000:5e:00.0"), 2, false)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("device 2") && err.contains("0000:5e:00.0"), "{err}");
+        assert!(
+            err.contains("device 2") && err.contains("0000:5e:00.0"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -217,8 +236,14 @@ mod tests {
         link(12, 5, "/dev/dri/renderD128");
         link(12, 6, "/dev/mtgpu.0");
         std::fs::create_dir_all(proc.path().join("self")).unwrap();
-        let nodes = [PathBuf::from("/dev/mtgpu.0"), PathBuf::from("/dev/dri/renderD128")];
-        assert_eq!(processes_holding(proc.path(), &nodes).unwrap(), vec![10, 12]);
+        let nodes = [
+            PathBuf::from("/dev/mtgpu.0"),
+            PathBuf::from("/dev/dri/renderD128"),
+        ];
+        assert_eq!(
+            processes_holding(proc.path(), &nodes).unwrap(),
+            vec![10, 12]
+        );
         assert!(processes_holding(&proc.path().join("missing"), &nodes).is_err());
     }
 

@@ -156,16 +156,18 @@ fn place_exclusive(
     machine: &Machine,
     avail: &Avail,
 ) -> Result<Allocation, Reason> {
-    if *avail != Avail::all(machine) {
-        return Err(Reason::Exclusive);
-    }
+    // Devices are chosen as on the idle machine first: an exclusive job whose
+    // devices are busy, unhealthy or disabled says so whether or not the
+    // machine is idle, so it never holds the queue back for an idle machine it
+    // could not use anyway.
+    let all = Avail::all(machine);
     let devices = if demand.devices.count == 0 {
         Vec::new()
     } else {
         let mut found = None;
         let mut reason = None;
         for vendor in candidate_vendors(demand, machine) {
-            match choose_devices(demand, machine, avail, vendor) {
+            match choose_devices(demand, machine, &all, vendor) {
                 Ok(groups) => {
                     found = Some(groups.into_iter().next().unwrap_or_default());
                     break;
@@ -176,6 +178,9 @@ fn place_exclusive(
         let slots = found.ok_or_else(|| reason.unwrap_or(Reason::DevicesUnknown))?;
         refs(machine, &slots)
     };
+    if *avail != all {
+        return Err(Reason::Exclusive);
+    }
     let topo = &machine.topology;
     let charge: Vec<(u32, u64)> = topo.nodes.iter().map(|n| (n.id, n.mem_bytes)).collect();
     let mut alloc = build(

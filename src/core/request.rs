@@ -198,10 +198,23 @@ pub fn validate(req: &Request, machine: &Machine, limits: &Limits) -> Result<Dem
             nodes,
         });
     }
+    let numa_local = req.numa_local && !req.exclusive;
+    // Under --numa-local only nodes with enough CPUs can hold the job.
+    let local_mem = topo
+        .nodes
+        .iter()
+        .filter(|n| n.cpus.len() >= req.cpus)
+        .map(|n| n.mem_bytes)
+        .max();
     let (mem_bytes, mem_default) = match req.mem_bytes {
         Some(0) => return Err(RequestError::ZeroMemory),
         Some(m) => (m, false),
         None if req.exclusive => (topo.total_mem(), true),
+        // A default budget never asks for more than one node can give.
+        None if numa_local => {
+            let budget = default_budget(machine, req.cpus, limits);
+            (budget.min(local_mem.unwrap_or(budget)), true)
+        }
         None => (default_budget(machine, req.cpus, limits), true),
     };
     if mem_bytes > topo.total_mem() {
@@ -210,16 +223,18 @@ pub fn validate(req: &Request, machine: &Machine, limits: &Limits) -> Result<Dem
             available: format_bytes(topo.total_mem()),
         });
     }
-    if req.numa_local && !req.exclusive {
-        let largest_cpus = topo.nodes.iter().map(|n| n.cpus.len()).max().unwrap_or(0);
-        if req.cpus > largest_cpus {
+    if numa_local {
+        let Some(largest_mem) = local_mem else {
+            let largest_cpus = topo.nodes.iter().map(|n| n.cpus.len()).max().unwrap_or(0);
             return Err(RequestError::TooManyCpusForNode {
                 asked: req.cpus,
                 largest: largest_cpus,
             });
-        }
-        let largest_mem = topo.nodes.iter().map(|n| n.mem_bytes).max().unwrap_or(0);
-        if mem_bytes > largest_mem {
+        };
+        // One node must have both the CPUs and the memory: on a machine with
+        // uneven (or memory-only) nodes, "largest" is the most memory on a node
+        // with enough CPUs.
+        if mem_bytes > largest_mem || mem_bytes == 0 {
             return Err(RequestError::TooMuchMemoryForNode {
                 asked: format_bytes(mem_bytes),
                 largest: format_bytes(largest_mem),

@@ -247,8 +247,11 @@ impl Scheduler {
         let mut failed: HashSet<Shape> = HashSet::new();
         let max_running = self.limits.max_running as usize;
         let machine = &self.machine;
+        // Whether the pass stopped before it could tell which job blocks.
+        let mut stopped_early = false;
         for (&(_, id), demand) in &self.queue {
             if self.running.len() >= max_running || self.books.free.cpus.is_empty() {
+                stopped_early = true;
                 break;
             }
             let short = shadow.is_some_and(|s| now.saturating_add(demand.time_limit_secs) <= s);
@@ -336,7 +339,16 @@ impl Scheduler {
         for (id, _) in &starts {
             self.dequeue(*id);
         }
-        if head.is_none() || self.policy != Policy::EasyBackfill {
+        // The budget lives while its head waits: a pass that stopped before
+        // reaching any blocked job (at the running limit, say) keeps it, so
+        // resources freed later are still held for the head.
+        let keep = self.policy == Policy::EasyBackfill
+            && (head.is_some() || stopped_early)
+            && self
+                .budget
+                .as_ref()
+                .is_some_and(|b| self.ranks.contains_key(&b.head));
+        if !keep {
             self.budget = None;
         }
         self.last = PassInfo { head, shadow };

@@ -141,84 +141,19 @@ async fn run(o: Options) -> Result<(), Refusal> {
     });
     let conn = if o.user { zbus::Connection::session().await } else { zbus::Connection::system().await }
         .map_err(|e| Refusal(format!("cannot connect to the {} bus: {e}", if o.user { "session" } else { "system" })))?;
-    let systemd = Systemd::connect(&conn)
-        .await
-        .map_err(|e| Refusal(format!("{e:#} (is systemd running as the {} manager?)", if o.user { "user" } else { "system" })))?;
-    let (store, loaded) = Store::open(&state_dir).map_err(|e| Refusal(format!("state directory {}: {e:#}", state_dir.display())))?;
-    if let Some(w) = &loaded.warning {
-        tracing::error!("{w}");
-    }
-    let machine = Machine::new(topology, Vec::new());
-    let mut sched = Scheduler::new(machine, policy, limits);
-    for job in loaded.jobs.values().filter(|j| j.state == super::job::JobState::Pending) {
-        sched.enqueue(job.id, job.demand.clone());
-    }
-    let settings = Settings {
-        unit: UnitSettings {
-            slice: o.slice.clone(),
-            user_mode: o.user,
-            script_dir: store.script_dir(),
-            stop_timeout_usec: 10_000_000,
-        },
+    let config = ServeConfig {
+        machine: Machine::new(topology, Vec::new()),
+        policy,
+        limits,
+        state_dir,
+        settings_user_mode: o.user,
+        slice: o.slice.clone(),
         max_pending_per_user: o.max_pending_per_user,
         retention_secs,
         list_is_public: o.list_is_public,
     };
-    let state = State::new(sched, loaded.jobs, store, loaded.next_id);
-    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone());
-    daemon.readopt().await.map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
-
-    let api = SchedulerApi { daemon: daemon.clone(), fixed_uid: None };
-    conn.object_server().at(PATH, api).await.map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
-    conn.request_name(BUS_NAME)
-        .await
-        .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
-
-    // Unit watcher: any change of a job unit triggers a read of its status.
-    spawn_unit_watcher(daemon.clone(), conn.clone()).await;
-    // Signals for state changes.
-    {
-        let conn = conn.clone();
-        tokio::spawn(async move {
-            while let Some((id, state)) = changes.recv().await {
-                if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
-                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
-                }
-            }
-        });
-    }
-    // Scheduling loop.
-    {
-        let d = daemon.clone();
-        tokio::spawn(async move {
-            loop {
-                d.schedule().await;
-                let _ = tokio::time::timeout(Duration::from_secs(5), d.kick.notified()).await;
-            }
-        });
-    }
-    // Safety net for missed signals, retention and status.
-    {
-        let d = daemon.clone();
-        tokio::spawn(async move {
-            let mut tick = 0u64;
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                tick += 1;
-                let running: Vec<u64> = {
-                    let st = d.state.lock().await;
-                    st.jobs.values().filter(|j| j.state == super::job::JobState::Running).map(|j| j.id).collect()
-                };
-                for id in running {
-                    d.reconcile(id).await;
-                }
-                if tick % 12 == 0 {
-                    d.clean().await;
-                }
-                notify_status(&d).await;
-            }
-        });
-    }
+    let served = serve(&conn, config).await?;
+    let daemon = served.daemon.clone();
     daemon.clean().await;
     daemon.kick.notify_one();
     notify_status(&daemon).await;
@@ -236,13 +171,128 @@ async fn run(o: Options) -> Result<(), Refusal> {
     Ok(())
 }
 
+
+/// Everything `serve` needs that does not come from the bus.
+pub struct ServeConfig {
+    pub machine: Machine,
+    pub policy: Policy,
+    pub limits: Limits,
+    pub state_dir: PathBuf,
+    pub settings_user_mode: bool,
+    pub slice: String,
+    pub max_pending_per_user: usize,
+    pub retention_secs: u64,
+    pub list_is_public: bool,
+}
+
+/// A serving daemon; dropping it stops its tasks (jobs keep running).
+pub struct Served {
+    pub daemon: Arc<Daemon>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Connects to systemd on `conn`, loads state, re-adopts jobs, serves the API
+/// and owns the bus name; the caller then signals readiness.
+pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, Refusal> {
+    let mut tasks = Vec::new();
+    let conn = conn.clone();
+    let systemd = Systemd::connect(&conn)
+        .await
+        .map_err(|e| Refusal(format!("{e:#} (is systemd running as the {} manager?)", if cfg.settings_user_mode { "user" } else { "system" })))?;
+    let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| Refusal(format!("state directory {}: {e:#}", cfg.state_dir.display())))?;
+    if let Some(w) = &loaded.warning {
+        tracing::error!("{w}");
+    }
+    let mut sched = Scheduler::new(cfg.machine, cfg.policy, cfg.limits);
+    for job in loaded.jobs.values().filter(|j| j.state == super::job::JobState::Pending) {
+        sched.enqueue(job.id, job.demand.clone());
+    }
+    let settings = Settings {
+        unit: UnitSettings {
+            slice: cfg.slice.clone(),
+            user_mode: cfg.settings_user_mode,
+            script_dir: store.script_dir(),
+            stop_timeout_usec: 10_000_000,
+        },
+        max_pending_per_user: cfg.max_pending_per_user,
+        retention_secs: cfg.retention_secs,
+        list_is_public: cfg.list_is_public,
+    };
+    let state = State::new(sched, loaded.jobs, store, loaded.next_id);
+    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone());
+    daemon.readopt().await.map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
+
+    let api = SchedulerApi { daemon: daemon.clone(), fixed_uid: None };
+    conn.object_server().at(PATH, api).await.map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
+    conn.request_name(BUS_NAME)
+        .await
+        .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
+
+    // Unit watcher: any change of a job unit triggers a read of its status.
+    if let Some(t) = spawn_unit_watcher(daemon.clone(), conn.clone()).await {
+        tasks.push(t);
+    }
+    // Signals for state changes.
+    {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some((id, state)) = changes.recv().await {
+                if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
+                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
+                }
+            }
+        }));
+    }
+    // Scheduling loop.
+    {
+        let d = daemon.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                d.schedule().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), d.kick.notified()).await;
+            }
+        }));
+    }
+    // Safety net for missed signals, retention and status.
+    {
+        let d = daemon.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = 0u64;
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                tick += 1;
+                let running: Vec<u64> = {
+                    let st = d.state.lock().await;
+                    st.jobs.values().filter(|j| j.state == super::job::JobState::Running).map(|j| j.id).collect()
+                };
+                for id in running {
+                    d.reconcile(id).await;
+                }
+                if tick % 12 == 0 {
+                    d.clean().await;
+                }
+                notify_status(&d).await;
+            }
+        }));
+    }
+    Ok(Served { daemon, tasks })
+}
+
 async fn notify_status(d: &Arc<Daemon>) {
     let (pending, running) = d.state.lock().await.counts();
     let status = format!("{pending} pending, {running} running");
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
 }
 
-async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) {
+async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) -> Option<tokio::task::JoinHandle<()>> {
     use futures_util::StreamExt;
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
@@ -255,17 +305,17 @@ async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("building the unit signal match: {e}");
-            return;
+            return None;
         }
     };
     let mut stream = match zbus::MessageStream::for_match_rule(rule, &conn, std::num::NonZeroUsize::new(1024)).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("subscribing to unit signals: {e}");
-            return;
+            return None;
         }
     };
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         while let Some(Ok(msg)) = stream.next().await {
             let path = msg.header().path().map(|p| p.to_string()).unwrap_or_default();
             let Some(rest) = path.strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d") else { continue };
@@ -273,5 +323,5 @@ async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) {
             let d = d.clone();
             tokio::spawn(async move { d.reconcile(id).await });
         }
-    });
+    }))
 }

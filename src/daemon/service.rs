@@ -189,8 +189,8 @@ impl Daemon {
         uid == 0 || uid == job.uid
     }
 
-    /// Cancels a job. `admin` says the caller passed the polkit check for
-    /// other users' jobs.
+    /// Cancels a job and returns the state it was in. `admin` says the caller
+    /// passed the polkit check for other users' jobs.
     pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
         let mut st = self.state.lock().await;
         let job = st.jobs.get(&id).ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
@@ -216,7 +216,7 @@ impl Daemon {
                 drop(st);
                 self.changed(id, JobState::Cancelled);
                 self.kick.notify_one();
-                Ok(JobState::Cancelled)
+                Ok(JobState::Pending)
             }
             JobState::Running => {
                 let unit = job.unit.clone();

@@ -35,7 +35,7 @@ struct dcmi_die_id {
 
 #define DCMI_ERR_INVALID_DEVICE_ID (-8007)
 
-static struct fake_device *logical(int id, const char *what, int *code)
+FAKE_UNUSED static struct fake_device *logical(int id, const char *what, int *code)
 {
     if (fake_load() != 0) {
         *code = -8005;
@@ -50,7 +50,7 @@ static struct fake_device *logical(int id, const char *what, int *code)
     return *code ? NULL : d;
 }
 
-static int index_of_card_chip(int card, int chip)
+FAKE_UNUSED static int index_of_card_chip(int card, int chip)
 {
     for (int i = 0; i < fake.ndev; i++)
         if (fake.dev[i].card == card && fake.dev[i].chip == chip)
@@ -58,7 +58,7 @@ static int index_of_card_chip(int card, int chip)
     return -1;
 }
 
-static struct fake_device *card_chip(int card, int chip, const char *what, int *code)
+FAKE_UNUSED static struct fake_device *card_chip(int card, int chip, const char *what, int *code)
 {
     if (fake_load() != 0) {
         *code = -8005;
@@ -67,7 +67,7 @@ static struct fake_device *card_chip(int card, int chip, const char *what, int *
     return logical(index_of_card_chip(card, chip), what, code);
 }
 
-static int fill_procs(struct fake_device *d, struct dcmi_proc_mem_info *p, int *num)
+FAKE_UNUSED static int fill_procs(struct fake_device *d, struct dcmi_proc_mem_info *p, int *num)
 {
     fake_sleep();
     for (int i = 0; i < d->nprocs; i++) {
@@ -78,7 +78,7 @@ static int fill_procs(struct fake_device *d, struct dcmi_proc_mem_info *p, int *
     return 0;
 }
 
-static int fill_pcie(struct fake_device *d, struct dcmi_pcie_info_all *p)
+FAKE_UNUSED static int fill_pcie(struct fake_device *d, struct dcmi_pcie_info_all *p)
 {
     memset(p, 0, sizeof *p);
     p->venderid = 0x19e5;
@@ -90,7 +90,7 @@ static int fill_pcie(struct fake_device *d, struct dcmi_pcie_info_all *p)
     return 0;
 }
 
-static int fill_die(struct fake_device *d, struct dcmi_die_id *die)
+FAKE_UNUSED static int fill_die(struct fake_device *d, struct dcmi_die_id *die)
 {
     fake_die_words(d->uuid, die->soc_die);
     return 0;

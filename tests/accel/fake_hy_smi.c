@@ -2,7 +2,7 @@
  * Simulated `hy-smi --healthcheck` for Hygon HCUs; see fake_state.h for the state file.
  * Prints one line per device, "HCU[<index>] : Health Status : Healthy" (or "Unhealthy"
  * for health=N, N != 0), and exits 0. "init <code>" makes it print an error and exit 1,
- * "sleep_ms" makes it sleep first (to test the tool's timeout).
+ * "tool_sleep_ms" makes it sleep first (to test the tool's timeout).
  */
 #include "fake_state.h"
 
@@ -16,6 +16,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fake hy-smi: cannot read the state file\n");
         return 1;
     }
+    fake.sleep_ms = fake.tool_sleep_ms;
     fake_sleep();
     if (fake.init_code) {
         fprintf(stderr, "librocm_smi64.so.2: cannot open shared object file (code %d)\n",

@@ -32,7 +32,7 @@ typedef struct {
 static int library_token;
 static MtmlDevice handles[FAKE_MAX_DEVICES];
 
-static MtmlReturn lookup(const MtmlDevice *h, const char *what, struct fake_device **out)
+FAKE_UNUSED static MtmlReturn lookup(const MtmlDevice *h, const char *what, struct fake_device **out)
 {
     if (fake_load() != 0)
         return 999;

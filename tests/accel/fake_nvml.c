@@ -40,7 +40,7 @@ typedef struct {
 
 static int handles[FAKE_MAX_DEVICES];
 
-static struct fake_device *from_handle(device_t h)
+FAKE_UNUSED static struct fake_device *from_handle(device_t h)
 {
     if (h < handles || h >= handles + FAKE_MAX_DEVICES)
         return NULL;
@@ -48,7 +48,7 @@ static struct fake_device *from_handle(device_t h)
 }
 
 /* Loads the state and resolves a handle; returns 0 or the code the query must fail with. */
-static ret_t lookup(device_t h, const char *what, struct fake_device **out)
+FAKE_UNUSED static ret_t lookup(device_t h, const char *what, struct fake_device **out)
 {
     if (fake_load() != 0)
         return 999;
@@ -185,7 +185,7 @@ ret_t API(DeviceGetNumaNodeId)(device_t h, unsigned int *node)
 }
 #endif
 
-static ret_t processes(device_t h, const char *what, unsigned int *count, process_info_t *infos)
+FAKE_UNUSED static ret_t processes(device_t h, const char *what, unsigned int *count, process_info_t *infos)
 {
     struct fake_device *d;
     ret_t r = lookup(h, what, &d);

@@ -28,7 +28,7 @@ typedef struct {
 #define RSMI_STATUS_NOT_FOUND 10
 #define RSMI_STATUS_INIT_ERROR 8
 
-static struct fake_device *device_for(uint32_t i, const char *what, rsmi_status_t *code)
+FAKE_UNUSED static struct fake_device *device_for(uint32_t i, const char *what, rsmi_status_t *code)
 {
     if (fake_load() != 0) {
         *code = RSMI_STATUS_INIT_ERROR;
@@ -112,7 +112,7 @@ rsmi_status_t rsmi_topo_get_numa_node_number(uint32_t dv_ind, uint32_t *numa_nod
 #endif
 
 /* Every pid using any device, once. */
-static int all_pids(uint32_t *out, int max)
+FAKE_UNUSED static int all_pids(uint32_t *out, int max)
 {
     int n = 0;
     for (int i = 0; i < fake.ndev; i++)

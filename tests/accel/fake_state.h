@@ -12,6 +12,7 @@
  *   init <code>            every init function returns <code> (default 0)
  *   count <code>           the device count/list function returns <code> (default 0)
  *   sleep_ms <n>           process queries sleep <n> ms first (to test poll timeouts)
+ *   tool_sleep_ms <n>      the fake hy-smi sleeps <n> ms first (to test its timeout)
  *   device key=value ...   one device; devices are numbered 0, 1, ... in file order
  *
  * Device keys (all optional):
@@ -70,6 +71,7 @@ struct fake_state {
     int init_code;
     int count_code;
     int sleep_ms;
+    int tool_sleep_ms;
     int ndev;
     struct fake_device dev[FAKE_MAX_DEVICES];
 };
@@ -195,6 +197,8 @@ FAKE_UNUSED static int fake_load(void)
             fake.count_code = atoi(rest);
         else if (!strcmp(word, "sleep_ms"))
             fake.sleep_ms = atoi(rest);
+        else if (!strcmp(word, "tool_sleep_ms"))
+            fake.tool_sleep_ms = atoi(rest);
         else if (!strcmp(word, "device") && fake.ndev < FAKE_MAX_DEVICES) {
             fake_parse_device(rest, &fake.dev[fake.ndev], fake.ndev);
             fake.ndev++;

@@ -42,9 +42,9 @@ while read -r name limit; do
         124|137) st=TIMEOUT ;;
         *) st=FAIL ;;
     esac
-    if [ "$st" != PASS ]; then
-        { echo "---- $st (exit $rc after ${d}s); journal during the scenario (last 60 lines) ----"
-          journalctl --no-pager -q -o short-monotonic --since "@$since" | tail -n 60; } >>"$res/$name.log" 2>&1
+    echo "---- $st (exit $rc after ${d}s)" >>"$res/$name.log"
+    if [ "$st" != PASS ]; then   # the journal of that time, for the post-mortem
+        journalctl --no-pager -q -o short-monotonic --since "@$since" >"$res/$name.journal" 2>&1
     fi
     rm -f "$res/$name.running"
     put "$name.result" "$st $rc $d"

@@ -1,0 +1,283 @@
+//! Moore Threads through MTML (`libmtml.so`). xlurm does not run `mthreads-gmi`.
+//!
+//! MTML functions used (from `mtml.h`; `MtmlReturn` is a C enum, 0 = `MTML_SUCCESS`):
+//!
+//! ```c
+//! MtmlReturn mtmlLibraryInit(MtmlLibrary **lib);
+//! MtmlReturn mtmlLibraryShutDown(MtmlLibrary *lib);
+//! MtmlReturn mtmlLibraryCountDevice(const MtmlLibrary *lib, unsigned int *count);
+//! MtmlReturn mtmlLibraryInitDeviceByIndex(const MtmlLibrary *lib, unsigned int index,
+//!                                         MtmlDevice **dev);
+//! MtmlReturn mtmlLibraryFreeDevice(MtmlDevice *dev);
+//! MtmlReturn mtmlDeviceGetUUID(const MtmlDevice *dev, char *uuid, unsigned int length);
+//! MtmlReturn mtmlDeviceGetPciInfo(const MtmlDevice *dev, MtmlPciInfo *pci);
+//! const char *mtmlErrorString(MtmlReturn result);
+//!
+//! typedef struct { char sbdf[32]; unsigned int segment, bus, device, pciDeviceId,
+//!                  pciSubsystemId, busWidth; float pciMaxSpeed, pciCurSpeed;
+//!                  unsigned int pciMaxWidth, pciCurWidth, pciMaxGen, pciCurGen;
+//!                  int rsvd[6]; } MtmlPciInfo;
+//! ```
+//!
+//! MTML's public API has no per-device process query, so the processes using a Moore
+//! Threads device are those holding one of its device nodes open (`/proc/<pid>/fd`, which
+//! the root daemon can read; a process it cannot inspect makes the device unknown).
+//! MTML has no health query xlurm relies on: failures and UUID changes make a device
+//! unknown. Device nodes: `/dev/mtgpu.<index>` and the device's own DRM nodes
+//! (`/dev/dri/renderD*` and `/dev/dri/card*`, from sysfs by PCI address).
+
+use super::loader::{buf_string, c_string, Lib};
+use super::nodes::{normalize_bdf, processes_holding, required_drm_nodes, sysfs_numa_node};
+use super::nvml::{req, F};
+use super::{
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+};
+use crate::core::Vendor;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+type R = c_int;
+type LibPtr = *mut c_void;
+type DevPtr = *mut c_void;
+
+const UUID_BUFFER: usize = 48;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PciInfo {
+    sbdf: [c_char; 32],
+    segment: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_subsystem_id: c_uint,
+    bus_width: c_uint,
+    pci_max_speed: f32,
+    pci_cur_speed: f32,
+    pci_max_width: c_uint,
+    pci_cur_width: c_uint,
+    pci_max_gen: c_uint,
+    pci_cur_gen: c_uint,
+    rsvd: [c_int; 6],
+}
+
+struct Api {
+    init: F<unsafe extern "C" fn(*mut LibPtr) -> R>,
+    shutdown: F<unsafe extern "C" fn(LibPtr) -> R>,
+    count: F<unsafe extern "C" fn(LibPtr, *mut c_uint) -> R>,
+    device: F<unsafe extern "C" fn(LibPtr, c_uint, *mut DevPtr) -> R>,
+    free: F<unsafe extern "C" fn(DevPtr) -> R>,
+    uuid: F<unsafe extern "C" fn(DevPtr, *mut c_char, c_uint) -> R>,
+    pci: F<unsafe extern "C" fn(DevPtr, *mut PciInfo) -> R>,
+    error_string: F<unsafe extern "C" fn(R) -> *const c_char>,
+}
+
+pub(crate) struct Mtml {
+    lib: Lib,
+    api: Api,
+    /// The `MtmlLibrary *` from `mtmlLibraryInit`; the mutex serialises all calls.
+    handle: Mutex<usize>,
+    sysfs_root: PathBuf,
+    proc_root: PathBuf,
+}
+
+/// A device opened with `mtmlLibraryInitDeviceByIndex`, freed on drop.
+struct Opened<'a> {
+    api: &'a Api,
+    dev: DevPtr,
+}
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `dev` came from mtmlLibraryInitDeviceByIndex.
+        unsafe {
+            (self.api.free.f)(self.dev);
+        }
+    }
+}
+
+impl Mtml {
+    pub fn new(lib: Lib, config: &AccelConfig) -> Result<Self, AccelError> {
+        // SAFETY: the signatures are mtml.h's (module docs).
+        let api = unsafe {
+            Api {
+                init: req(&lib, "mtmlLibraryInit")?,
+                shutdown: req(&lib, "mtmlLibraryShutDown")?,
+                count: req(&lib, "mtmlLibraryCountDevice")?,
+                device: req(&lib, "mtmlLibraryInitDeviceByIndex")?,
+                free: req(&lib, "mtmlLibraryFreeDevice")?,
+                uuid: req(&lib, "mtmlDeviceGetUUID")?,
+                pci: req(&lib, "mtmlDeviceGetPciInfo")?,
+                error_string: req(&lib, "mtmlErrorString")?,
+            }
+        };
+        let mut handle: LibPtr = std::ptr::null_mut();
+        // SAFETY: writes the library pointer.
+        let status = unsafe { (api.init.f)(&mut handle) };
+        if status != 0 || handle.is_null() {
+            let error = QueryError::new(api.init.name, message(&api, status));
+            return Err(AccelError::query(Vendor::Mtt, error));
+        }
+        Ok(Mtml {
+            lib,
+            api,
+            handle: Mutex::new(handle as usize),
+            sysfs_root: config.sysfs_root.clone(),
+            proc_root: config.proc_root.clone(),
+        })
+    }
+
+    fn fail(&self, name: &str, index: u32, status: R) -> QueryError {
+        QueryError::new(format!("{name}({index})"), message(&self.api, status))
+    }
+
+    fn count(&self, lib: LibPtr) -> Result<u32, QueryError> {
+        let mut n: c_uint = 0;
+        // SAFETY: writes one unsigned int.
+        let status = unsafe { (self.api.count.f)(lib, &mut n) };
+        if status != 0 {
+            return Err(QueryError::new(
+                self.api.count.name,
+                message(&self.api, status),
+            ));
+        }
+        Ok(n)
+    }
+
+    fn open(&self, lib: LibPtr, index: u32) -> Result<Opened<'_>, QueryError> {
+        let mut dev: DevPtr = std::ptr::null_mut();
+        // SAFETY: writes one device pointer.
+        let status = unsafe { (self.api.device.f)(lib, index, &mut dev) };
+        if status != 0 || dev.is_null() {
+            return Err(self.fail(self.api.device.name, index, status));
+        }
+        Ok(Opened {
+            api: &self.api,
+            dev,
+        })
+    }
+
+    fn uuid(&self, dev: &Opened, index: u32) -> Result<String, QueryError> {
+        let mut buf = [0 as c_char; UUID_BUFFER];
+        // SAFETY: the buffer's length is passed.
+        let status = unsafe { (self.api.uuid.f)(dev.dev, buf.as_mut_ptr(), UUID_BUFFER as c_uint) };
+        if status != 0 {
+            return Err(self.fail(self.api.uuid.name, index, status));
+        }
+        let uuid = buf_string(&buf);
+        if uuid.trim().is_empty() {
+            return Err(QueryError::new(
+                format!("{}({index})", self.api.uuid.name),
+                "empty UUID",
+            ));
+        }
+        Ok(uuid)
+    }
+
+    fn bdf(&self, dev: &Opened, index: u32) -> Result<String, QueryError> {
+        // SAFETY: PciInfo is plain data; all-zero is a valid value.
+        let mut info: PciInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: writes one MtmlPciInfo.
+        let status = unsafe { (self.api.pci.f)(dev.dev, &mut info) };
+        if status != 0 {
+            return Err(self.fail(self.api.pci.name, index, status));
+        }
+        let sbdf = buf_string(&info.sbdf);
+        normalize_bdf(&sbdf).ok_or_else(|| {
+            QueryError::new(
+                format!("{}({index})", self.api.pci.name),
+                format!("invalid PCI address {sbdf:?}"),
+            )
+        })
+    }
+
+    fn discover_one(&self, lib: LibPtr, index: u32) -> Result<DiscoveredDevice, AccelError> {
+        let q = |e| AccelError::query(Vendor::Mtt, e);
+        let dev = self.open(lib, index).map_err(q)?;
+        let uuid = self.uuid(&dev, index).map_err(q)?;
+        let bdf = self.bdf(&dev, index).map_err(q)?;
+        let mut device_nodes = vec![PathBuf::from(format!("/dev/mtgpu.{index}"))];
+        device_nodes.extend(required_drm_nodes(
+            Vendor::Mtt,
+            &self.sysfs_root,
+            Some(&bdf),
+            index,
+            true,
+        )?);
+        Ok(DiscoveredDevice {
+            vendor: Vendor::Mtt,
+            index,
+            uuid,
+            numa_node: sysfs_numa_node(&self.sysfs_root, &bdf),
+            pci_bdf: Some(bdf),
+            device_nodes,
+        })
+    }
+}
+
+fn message(api: &Api, status: R) -> String {
+    // SAFETY: returns a static string or null.
+    let text = unsafe { c_string((api.error_string.f)(status)) };
+    if text.is_empty() {
+        format!("error {status}")
+    } else {
+        format!("{text} ({status})")
+    }
+}
+
+impl Backend for Mtml {
+    fn vendor(&self) -> Vendor {
+        Vendor::Mtt
+    }
+
+    fn library(&self) -> &Path {
+        &self.lib.path
+    }
+
+    fn api(&self) -> &'static str {
+        "MTML"
+    }
+
+    fn discover(&self) -> Result<Vec<DiscoveredDevice>, AccelError> {
+        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let lib = *handle as LibPtr;
+        let n = self
+            .count(lib)
+            .map_err(|e| AccelError::query(Vendor::Mtt, e))?;
+        (0..n).map(|i| self.discover_one(lib, i)).collect()
+    }
+
+    fn poll(&self, devices: &[DiscoveredDevice]) -> Result<Vec<DevicePoll>, QueryError> {
+        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let lib = *handle as LibPtr;
+        self.count(lib)?;
+        Ok(devices
+            .iter()
+            .map(|d| {
+                let uuid = self
+                    .open(lib, d.index)
+                    .and_then(|dev| self.uuid(&dev, d.index));
+                let processes = processes_holding(&self.proc_root, &d.device_nodes).map_err(|e| {
+                    QueryError::new(format!("open handles of mtt device {}", d.index), e)
+                });
+                DevicePoll {
+                    index: d.index,
+                    uuid,
+                    processes,
+                    condition: Ok(Condition::Healthy),
+                }
+            })
+            .collect())
+    }
+}
+
+impl Drop for Mtml {
+    fn drop(&mut self) {
+        let handle = *self.handle.get_mut().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the pointer came from a successful mtmlLibraryInit.
+        unsafe {
+            (self.api.shutdown.f)(handle as LibPtr);
+        }
+    }
+}

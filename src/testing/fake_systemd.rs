@@ -1,0 +1,309 @@
+//! A systemd manager double: `StartTransientUnit` and friends on a private bus.
+//!
+//! In `Mode::Run` a unit runs its `ExecStart` as a child process (no user
+//! switch, no cgroups: nothing is enforced) and reports its exit through
+//! `PropertiesChanged` as systemd does with `RemainAfterExit=yes`. In
+//! `Mode::Instant` a unit becomes active at once and runs until stopped
+//! (for benchmarks of xlurmd's own cost).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, OwnedObjectPath, OwnedVariant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Run,
+    Instant,
+}
+
+/// What the double saw of one unit.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub name: String,
+    pub properties: HashMap<String, OwnedVariant>,
+}
+
+#[derive(Default)]
+pub struct Shared {
+    pub started: Vec<Recorded>,
+    pub stopped: Vec<String>,
+    units: BTreeMap<String, u32>,
+    /// Timestamps (monotonic) of each StartTransientUnit call.
+    pub start_times: Vec<std::time::Instant>,
+}
+
+#[derive(Clone)]
+pub struct FakeSystemd {
+    pub shared: Arc<Mutex<Shared>>,
+    mode: Mode,
+    conn: Connection,
+}
+
+struct Manager {
+    fake: FakeSystemd,
+}
+
+pub struct UnitObj {
+    active_state: String,
+    sub_state: String,
+    invocation: Vec<u8>,
+}
+
+pub struct ServiceObj {
+    result: String,
+    exec_main_code: i32,
+    exec_main_status: i32,
+    memory_max: u64,
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Unit")]
+impl UnitObj {
+    #[zbus(property)]
+    fn active_state(&self) -> String {
+        self.active_state.clone()
+    }
+    #[zbus(property)]
+    fn sub_state(&self) -> String {
+        self.sub_state.clone()
+    }
+    #[zbus(property, name = "InvocationID")]
+    fn invocation_id(&self) -> Vec<u8> {
+        self.invocation.clone()
+    }
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Service")]
+impl ServiceObj {
+    #[zbus(property)]
+    fn result(&self) -> String {
+        self.result.clone()
+    }
+    #[zbus(property)]
+    fn exec_main_code(&self) -> i32 {
+        self.exec_main_code
+    }
+    #[zbus(property)]
+    fn exec_main_status(&self) -> i32 {
+        self.exec_main_status
+    }
+    #[zbus(property)]
+    fn memory_max(&self) -> u64 {
+        self.memory_max
+    }
+}
+
+fn no_such_unit(name: &str) -> zbus::fdo::Error {
+    zbus::fdo::Error::Failed(format!("Unit {name} not loaded."))
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+impl Manager {
+    fn subscribe(&self) {}
+
+    #[zbus(property)]
+    fn version(&self) -> String {
+        "fake".into()
+    }
+
+    async fn start_transient_unit(
+        &self,
+        name: String,
+        _mode: String,
+        properties: Vec<(String, OwnedVariant)>,
+        _aux: Vec<(String, Vec<(String, OwnedVariant)>)>,
+    ) -> zbus::fdo::Result<OwnedObjectPath> {
+        self.fake.start(name, properties).await
+    }
+
+    async fn stop_unit(&self, name: String, _mode: String) -> zbus::fdo::Result<OwnedObjectPath> {
+        self.fake.stop(&name).await?;
+        Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?)
+    }
+
+    async fn reset_failed_unit(&self, name: String) -> zbus::fdo::Result<()> {
+        self.fake.remove(&name).await;
+        Ok(())
+    }
+
+    fn get_unit(&self, name: String) -> zbus::fdo::Result<OwnedObjectPath> {
+        let shared = self.fake.shared.lock().map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+        if shared.units.contains_key(&name) {
+            OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(&name)).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+        } else {
+            Err(no_such_unit(&name))
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn list_units_by_patterns(
+        &self,
+        _states: Vec<String>,
+        _patterns: Vec<String>,
+    ) -> Vec<(String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath)> {
+        let shared = match self.fake.shared.lock() {
+            Ok(s) => s,
+            Err(_) => return Vec::new(),
+        };
+        shared
+            .units
+            .keys()
+            .filter_map(|n| {
+                let p = OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(n)).ok()?;
+                let root = OwnedObjectPath::try_from("/").ok()?;
+                Some((n.clone(), String::new(), "loaded".into(), String::new(), String::new(), String::new(), p, 0, String::new(), root))
+            })
+            .collect()
+    }
+}
+
+impl FakeSystemd {
+    /// Serves the double on `conn` as `org.freedesktop.systemd1`.
+    pub async fn serve(conn: &Connection, mode: Mode) -> anyhow::Result<FakeSystemd> {
+        let fake = FakeSystemd { shared: Arc::default(), mode, conn: conn.clone() };
+        conn.object_server().at("/org/freedesktop/systemd1", Manager { fake: fake.clone() }).await?;
+        conn.request_name("org.freedesktop.systemd1").await?;
+        Ok(fake)
+    }
+
+    async fn start(&self, name: String, properties: Vec<(String, OwnedVariant)>) -> zbus::fdo::Result<OwnedObjectPath> {
+        let fail = |e: String| zbus::fdo::Error::Failed(e);
+        let props: HashMap<String, OwnedVariant> = properties.into_iter().collect();
+        let serial = {
+            let mut shared = self.shared.lock().map_err(|_| fail("poisoned".into()))?;
+            if shared.units.contains_key(&name) {
+                return Err(zbus::fdo::Error::Failed(format!("Unit {name} was already loaded or has a fragment file.")));
+            }
+            let serial = shared.started.len() as u32 + 1;
+            shared.units.insert(name.clone(), serial);
+            shared.start_times.push(std::time::Instant::now());
+            shared.started.push(Recorded { name: name.clone(), properties: props.clone() });
+            serial
+        };
+        let path = crate::daemon::systemd::unit_path(&name);
+        let memory_max = props.get("MemoryMax").and_then(|v| u64::try_from(v).ok()).unwrap_or(u64::MAX);
+        let mut invocation = vec![0u8; 16];
+        invocation[..4].copy_from_slice(&serial.to_le_bytes());
+        let server = self.conn.object_server();
+        server
+            .at(path.as_str(), UnitObj { active_state: "active".into(), sub_state: "running".into(), invocation })
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        server
+            .at(path.as_str(), ServiceObj { result: "success".into(), exec_main_code: 0, exec_main_status: 0, memory_max })
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        if self.mode == Mode::Run {
+            let argv: Vec<(String, Vec<String>, bool)> = props
+                .get("ExecStart")
+                .and_then(|v| v.try_clone().ok())
+                .and_then(|v| Vec::<(String, Vec<String>, bool)>::try_from(v).ok())
+                .unwrap_or_default();
+            let env: Vec<String> = props
+                .get("Environment")
+                .and_then(|v| v.try_clone().ok())
+                .and_then(|v| Vec::<String>::try_from(v).ok())
+                .unwrap_or_default();
+            let runtime = props.get("RuntimeMaxUSec").and_then(|v| u64::try_from(v).ok()).unwrap_or(u64::MAX);
+            let me = self.clone();
+            let unit = name.clone();
+            tokio::spawn(async move { me.run(unit, argv, env, runtime).await });
+        }
+        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").map_err(|e| fail(e.to_string()))
+    }
+
+    async fn run(&self, unit: String, argv: Vec<(String, Vec<String>, bool)>, env: Vec<String>, runtime_usec: u64) {
+        let Some((path, args, _)) = argv.into_iter().next() else { return };
+        let mut cmd = tokio::process::Command::new(&path);
+        cmd.args(args.iter().skip(1));
+        cmd.env_clear();
+        cmd.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        for kv in env {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).stdin(std::process::Stdio::null());
+        cmd.kill_on_drop(true);
+        let (result, code, status) = match cmd.spawn() {
+            Err(_) => ("exit-code", 1, 203),
+            Ok(mut child) => {
+                let limit = std::time::Duration::from_micros(runtime_usec.min(10 * 365 * 86_400 * 1_000_000));
+                match tokio::time::timeout(limit, child.wait()).await {
+                    Err(_) => {
+                        let _ = child.kill().await;
+                        ("timeout", 2, 15)
+                    }
+                    Ok(Ok(st)) => {
+                        use std::os::unix::process::ExitStatusExt;
+                        match (st.code(), st.signal()) {
+                            (Some(0), _) => ("success", 1, 0),
+                            (Some(c), _) => ("exit-code", 1, c),
+                            (None, Some(sig)) => ("signal", 2, sig),
+                            _ => ("exit-code", 1, 1),
+                        }
+                    }
+                    Ok(Err(_)) => ("exit-code", 1, 1),
+                }
+            }
+        };
+        let (active, sub) = if result == "success" { ("active", "exited") } else { ("failed", "failed") };
+        self.set_state(&unit, active, sub, Some((result, code, status))).await;
+    }
+
+    async fn set_state(&self, unit: &str, active: &str, sub: &str, exit: Option<(&str, i32, i32)>) {
+        let path = crate::daemon::systemd::unit_path(unit);
+        let server = self.conn.object_server();
+        if let Some((result, code, status)) = exit {
+            if let Ok(iface) = server.interface::<_, ServiceObj>(path.as_str()).await {
+                let mut s = iface.get_mut().await;
+                s.result = result.into();
+                s.exec_main_code = code;
+                s.exec_main_status = status;
+                let em = iface.signal_emitter();
+                let _ = s.result_changed(em).await;
+            }
+        }
+        if let Ok(iface) = server.interface::<_, UnitObj>(path.as_str()).await {
+            let mut u = iface.get_mut().await;
+            u.active_state = active.into();
+            u.sub_state = sub.into();
+            let em: &SignalEmitter<'_> = iface.signal_emitter();
+            let _ = u.active_state_changed(em).await;
+        }
+    }
+
+    async fn stop(&self, name: &str) -> zbus::fdo::Result<()> {
+        {
+            let mut shared = self.shared.lock().map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+            if !shared.units.contains_key(name) {
+                return Err(no_such_unit(name));
+            }
+            shared.stopped.push(name.to_string());
+        }
+        // Stopping a running unit ends it by SIGTERM; systemd then unloads it.
+        self.remove(name).await;
+        Ok(())
+    }
+
+    async fn remove(&self, name: &str) {
+        let path = crate::daemon::systemd::unit_path(name);
+        if let Ok(mut shared) = self.shared.lock() {
+            shared.units.remove(name);
+        }
+        let server = self.conn.object_server();
+        let _ = server.remove::<UnitObj, _>(path.as_str()).await;
+        let _ = server.remove::<ServiceObj, _>(path.as_str()).await;
+    }
+
+    /// Ends a running unit as if its process exited with `status` (Instant mode).
+    pub async fn finish(&self, name: &str, status: i32) {
+        let (result, active, sub) = if status == 0 { ("success", "active", "exited") } else { ("exit-code", "failed", "failed") };
+        self.set_state(name, active, sub, Some((result, 1, status))).await;
+    }
+
+    /// Forgets a unit without a trace, as a reboot would.
+    pub async fn vanish(&self, name: &str) {
+        self.remove(name).await;
+    }
+}

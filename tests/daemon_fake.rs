@@ -1,0 +1,197 @@
+//! xlurmd's D-Bus logic against a systemd double on a private bus: what it
+//! sends to systemd and how it reacts to unit changes. Real systemd is
+//! tested in the VM (tests/vm/scenarios).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use xlurm::cli::client::{get, get_str, Dict, SchedulerProxy};
+use xlurm::core::{Limits, Machine, Policy, Topology};
+use xlurm::daemon::run::{serve, ServeConfig, Served};
+use xlurm::daemon::spec::entry;
+use xlurm::testing::bus::PrivateBus;
+use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+
+struct Env {
+    bus: PrivateBus,
+    fake: FakeSystemd,
+    state: tempfile::TempDir,
+    _fake_conn: zbus::Connection,
+}
+
+async fn env(mode: Mode) -> Env {
+    let bus = PrivateBus::start().expect("dbus-daemon");
+    let conn = bus.connect().await.unwrap();
+    let fake = FakeSystemd::serve(&conn, mode).await.unwrap();
+    Env { bus, fake, state: tempfile::tempdir().unwrap(), _fake_conn: conn }
+}
+
+async fn daemon(e: &Env) -> (Served, zbus::Connection) {
+    let conn = e.bus.connect().await.unwrap();
+    let cfg = ServeConfig {
+        machine: Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]),
+        policy: Policy::FifoStrict,
+        limits: Limits { max_running: 8, max_lifetime_secs: 3600, min_job_mem: 64 << 20 },
+        state_dir: e.state.path().to_path_buf(),
+        settings_user_mode: false,
+        slice: "xlurm.slice".into(),
+        max_pending_per_user: 5,
+        retention_secs: 3600,
+        list_is_public: true,
+    };
+    let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
+    served.daemon.kick.notify_one();
+    (served, conn)
+}
+
+async fn client(e: &Env) -> SchedulerProxy<'static> {
+    let conn = e.bus.connect().await.unwrap();
+    SchedulerProxy::new(&conn).await.unwrap()
+}
+
+fn spec(argv: &[&str]) -> Dict {
+    HashMap::from([
+        entry("argv", argv.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        entry("cwd", "/"),
+    ])
+}
+
+async fn wait_state(c: &SchedulerProxy<'_>, id: u64, want: &str) -> Dict {
+    let t0 = Instant::now();
+    loop {
+        let job = c.get_job(id).await.unwrap();
+        if get_str(&job, "state") == want {
+            return job;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "job {id} stuck in {} (wanted {want})", get_str(&job, "state"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn error_name(e: zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, msg, _) => format!("{} {}", name.as_str(), msg.unwrap_or_default()),
+        other => format!("{other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
+    let e = env(Mode::Run).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut s = spec(&["/bin/sh", "-c", "exit 3"]);
+    s.extend([entry("cpus", 2u32), entry("env", vec!["CUDA_VISIBLE_DEVICES=7".to_string(), "A=1".to_string()])]);
+    let (id, info) = c.submit(s).await.unwrap();
+    assert_eq!(get::<u64>(&info, "mem"), Some(1 << 30), "2 of 4 CPUs: half of 2 GiB");
+    let job = wait_state(&c, id, "FAILED").await;
+    assert_eq!(get::<i32>(&job, "exit_code"), Some(3));
+    assert_eq!(get_str(&job, "alloc_cpus"), "0-1");
+    let shared = e.fake.shared.lock().unwrap();
+    let rec = shared.started.iter().find(|r| r.name == format!("xlurm-job-{id}.service")).expect("unit started");
+    let p = |k: &str| rec.properties.get(k).unwrap_or_else(|| panic!("{k} not sent")).try_clone().unwrap();
+    assert_eq!(Vec::<u8>::try_from(p("AllowedCPUs")).unwrap(), vec![0b11]);
+    assert_eq!(Vec::<u8>::try_from(p("AllowedMemoryNodes")).unwrap(), vec![0b1]);
+    assert_eq!(u64::try_from(p("MemoryMax")).unwrap(), 1 << 30);
+    assert_eq!(u64::try_from(p("MemorySwapMax")).unwrap(), 0);
+    assert_eq!(String::try_from(p("DevicePolicy")).unwrap(), "closed");
+    assert_eq!(String::try_from(p("Slice")).unwrap(), "xlurm.slice");
+    assert_eq!(String::try_from(p("User")).unwrap(), "root");
+    assert!(bool::try_from(p("NoNewPrivileges")).unwrap());
+    let env = Vec::<String>::try_from(p("Environment")).unwrap();
+    assert!(env.contains(&format!("XLURM_JOB_ID={id}")));
+    assert!(env.contains(&"CUDA_VISIBLE_DEVICES=".to_string()), "CPU job sees no GPU: {env:?}");
+    assert!(env.contains(&"A=1".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_named_errors_and_queues_nothing() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut unknown = spec(&["/bin/true"]);
+    unknown.extend([entry("colour", "red")]);
+    let mut wrong = spec(&["/bin/true"]);
+    wrong.extend([entry("cpus", "two")]);
+    let mut huge = spec(&["/bin/true"]);
+    huge.extend([entry("cpus", 5u32)]);
+    let mut zero = spec(&["/bin/true"]);
+    zero.extend([entry("mem", 0u64)]);
+    let cases = [
+        (unknown, "Error.InvalidArgs unknown spec key \"colour\""),
+        (wrong, "Error.InvalidArgs spec key \"cpus\" must have type u"),
+        (spec(&["true"]), "Error.InvalidArgs argv[0] \"true\" must be an absolute path"),
+        (huge, "Error.InvalidRequest asks for 5 CPUs, but jobs here can use at most 4"),
+        (zero, "Error.InvalidRequest a memory budget of 0 bytes"),
+        (HashMap::from([entry("argv", vec!["/bin/true".to_string()])]), "Error.InvalidArgs spec key \"cwd\" is missing"),
+    ];
+    for (s, want) in cases {
+        let err = error_name(c.submit(s).await.expect_err(want));
+        assert!(err.starts_with("org.xlurm.Scheduler1.") && err.contains(want), "{err} lacks {want}");
+    }
+    let bad_batch = vec![spec(&["/bin/true"]), spec(&["nope"])];
+    assert!(error_name(c.submit_many(bad_batch).await.unwrap_err()).contains("job 2:"));
+    let all = HashMap::from([entry("all_users", true), entry("finished", true)]);
+    assert!(c.list_jobs(all.clone()).await.unwrap().is_empty(), "nothing queued");
+    assert!(error_name(c.get_job(999).await.unwrap_err()).contains("NoSuchJob"));
+    assert!(error_name(c.cancel(999).await.unwrap_err()).contains("NoSuchJob"));
+    let bad_filter = HashMap::from([entry("states", vec!["SLEEPING".to_string()])]);
+    assert!(error_name(c.list_jobs(bad_filter).await.unwrap_err()).contains("unknown state"));
+    assert!(error_name(c.set_policy("sjf").await.unwrap_err()).contains("InvalidArgs"));
+    // The per-user pending limit (5 here) holds and says so.
+    let ids = c.submit_many((0..4).map(|_| spec(&["/bin/sleep", "1"])).collect()).await.unwrap();
+    assert_eq!(ids.len(), 4);
+    // The daemon still serves after all that.
+    assert_eq!(c.list_jobs(all).await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_unit_and_pending_jobs_leave_the_queue() {
+    let e = env(Mode::Run).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut big = spec(&["/bin/sleep", "30"]);
+    big.extend([entry("cpus", 4u32)]);
+    let (running, _) = c.submit(big.clone()).await.unwrap();
+    wait_state(&c, running, "RUNNING").await;
+    let (pending, _) = c.submit(big).await.unwrap();
+    let job = c.get_job(pending).await.unwrap();
+    assert_eq!(get_str(&job, "state"), "PENDING");
+    assert!(get_str(&job, "reason").starts_with("Resources (CPUs"), "{}", get_str(&job, "reason"));
+    assert_eq!(c.cancel(pending).await.unwrap(), "PENDING");
+    wait_state(&c, pending, "CANCELLED").await;
+    c.cancel(running).await.unwrap();
+    let job = wait_state(&c, running, "CANCELLED").await;
+    assert_eq!(get::<i32>(&job, "exit_code"), Some(130));
+    assert!(e.fake.shared.lock().unwrap().stopped.contains(&format!("xlurm-job-{running}.service")));
+    assert!(error_name(c.cancel(running).await.unwrap_err()).contains("WrongState"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_daemon_readopts_harvests_and_marks_lost() {
+    let e = env(Mode::Instant).await;
+    let c = client(&e).await;
+    let (d, conn) = daemon(&e).await;
+    let (a, _) = c.submit(spec(&["/bin/a"])).await.unwrap();
+    let (b, _) = c.submit(spec(&["/bin/b"])).await.unwrap();
+    let (q, _) = c.submit(HashMap::from([entry("argv", vec!["/bin/q".to_string()]), entry("cwd", "/"), entry("cpus", 4u32)])).await.unwrap();
+    wait_state(&c, a, "RUNNING").await;
+    wait_state(&c, b, "RUNNING").await;
+    // The daemon goes away; meanwhile job a exits 5 and job b's unit vanishes.
+    drop(d);
+    conn.release_name("org.xlurm.Scheduler1").await.unwrap();
+    drop(conn);
+    e.fake.finish(&format!("xlurm-job-{a}.service"), 5).await;
+    e.fake.vanish(&format!("xlurm-job-{b}.service")).await;
+    let (_d2, _c2) = daemon(&e).await;
+    let job = wait_state(&c, a, "FAILED").await;
+    assert_eq!(get::<i32>(&job, "exit_code"), Some(5));
+    let job = wait_state(&c, b, "LOST").await;
+    assert!(get_str(&job, "detail").contains("vanished"));
+    // The queued job survived and starts once the others freed the CPUs.
+    wait_state(&c, q, "RUNNING").await;
+    // IDs are never reused.
+    let (next, _) = c.submit(spec(&["/bin/n"])).await.unwrap();
+    assert!(next > q);
+    let started = e.fake.shared.lock().unwrap().started.iter().filter(|r| r.name == format!("xlurm-job-{a}.service")).count();
+    assert_eq!(started, 1, "job a was never started twice");
+}

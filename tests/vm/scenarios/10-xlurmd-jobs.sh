@@ -1,0 +1,101 @@
+#!/bin/bash
+# xlurmd on real systemd: readiness, exit codes, pinning on the 2-node guest,
+# OOM, time limit, launch failure, batch snapshot, cancel with a setsid
+# grandchild, restart and kill -9 of the daemon during a job, ownership.
+# timeout: 400
+set -euo pipefail
+. "$XLURM_VM_LIB"
+
+check "systemctl start xlurmd returns only when the API answers"
+systemctl start xlurmd
+assert_ok busctl introspect org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1
+assert_contains "$(systemctl show -p Type,ActiveState xlurmd)" "ActiveState=active"
+
+check "xinfo shows both NUMA nodes"
+info=$(as_user alice xinfo)
+echo "$info"
+assert_contains "$info" "node0"
+assert_contains "$info" "node1"
+
+check "xrun prints status lines and exits with the job's code"
+rc=0; out=$(as_user alice xrun -g 0 bash -c 'echo hello; exit 7' 2>&1) || rc=$?
+echo "$out"
+assert_eq 7 "$rc" "xrun exit code"
+assert_contains "$out" "Task started."
+
+check "the job runs as alice, pinned to one CPU and its node's memory"
+rm -f /home/alice/status.txt
+assert_ok as_user alice xrun -c 1 bash -c 'grep -E "Cpus_allowed_list|Mems_allowed_list" /proc/self/status > ~/status.txt; id -un >> ~/status.txt'
+st=$(cat /home/alice/status.txt); echo "$st"
+assert_contains "$st" "alice"
+cpus=$(awk '/Cpus_allowed_list/ {print $2}' /home/alice/status.txt)
+mems=$(awk '/Mems_allowed_list/ {print $2}' /home/alice/status.txt)
+assert_eq "$cpus" "$mems" "CPU and memory node agree on the 1-CPU-per-node guest"
+assert_eq "alice" "$(stat -c %U /home/alice/status.txt)" "file written as alice"
+
+check "a job past its memory budget ends OUT_OF_MEMORY"
+rc=0; out=$(as_user alice xrun -m 48M bash -c 'x=$(head -c 300M /dev/zero | tr "\0" a); echo ${#x}' 2>&1) || rc=$?
+echo "$out"
+assert_eq 137 "$rc" "OOM exit code"
+assert_contains "$out" "OUT_OF_MEMORY"
+
+check "a job past its time limit ends TIMEOUT"
+rc=0; out=$(as_user alice xrun -t 2 sleep 60 2>&1) || rc=$?
+echo "$out"
+assert_eq 124 "$rc" "timeout exit code"
+assert_contains "$out" "TIMEOUT"
+
+check "a missing binary ends LAUNCH_FAILED with the reason"
+rc=0; out=$(as_user alice xrun /nonexistent/binary 2>&1) || rc=$?
+echo "$out"
+assert_eq 125 "$rc" "launch failure exit code"
+assert_contains "$out" "LAUNCH_FAILED"
+assert_contains "$out" "EXEC"
+
+check "xbatch runs the snapshot even if the file changes"
+as_user_sh alice 'printf "#!/bin/bash\n#SBATCH --job-name=snap\necho original > ~/snap.out\n" > ~/snap.sh'
+out=$(as_user alice xbatch -t 30 snap.sh 2>&1); echo "$out"
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+as_user_sh alice 'echo "echo changed > ~/snap.out" > ~/snap.sh'
+wait_for "as_user alice xqueue $id | grep -q 'State: COMPLETED'" 60
+assert_eq original "$(cat /home/alice/snap.out)" "snapshot used"
+assert_contains "$(as_user alice xqueue $id)" "snap"
+
+check "xcancel kills every process, including a setsid grandchild"
+out=$(as_user alice xbatch --wrap 'setsid sleep 1000 & sleep 1000' 2>&1); echo "$out"
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "as_user alice xqueue $id | grep -q 'State: RUNNING'" 60
+wait_for "pgrep -u alice -f 'sleep 1000' >/dev/null" 30
+check "bob cannot cancel alice's job"
+rc=0; out=$(as_user bob xcancel "$id" 2>&1) || rc=$?
+echo "$out"
+assert_eq 1 "$rc" "bob's xcancel fails"
+assert_contains "$out" "belongs to alice"
+assert_ok as_user alice xcancel "$id"
+wait_for "as_user alice xqueue $id | grep -q 'State: CANCELLED'" 60
+wait_for "! pgrep -u alice -f 'sleep 1000' >/dev/null" 30
+
+check "restart and kill -9 of xlurmd keep a running job and its exit status"
+out=$(as_user alice xbatch -t 120 --wrap 'sleep 8; exit 3' 2>&1); echo "$out"
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "as_user alice xqueue $id | grep -q 'State: RUNNING'" 60
+systemctl restart xlurmd
+assert_contains "$(as_user alice xqueue $id)" "RUNNING"
+systemctl kill -s KILL xlurmd
+wait_for "systemctl is-active -q xlurmd" 60
+wait_for "as_user alice xqueue $id 2>/dev/null | grep -q 'State: FAILED'" 90
+assert_contains "$(as_user alice xqueue $id)" "Exit code: 3"
+assert_eq "" "$(systemctl list-units --all --plain --no-legend "xlurm-job-$id.service")" "unit collected"
+
+check "journalctl -u shows a job's output"
+rc=0; as_user alice xrun -g 0 bash -c 'echo marker-$XLURM_JOB_ID' || rc=$?
+last=$(as_user alice xqueue --all --mine | awk 'NR>1 {id=$1} END {print id}')
+wait_for "journalctl -u xlurm-job-$last.service | grep -q marker-$last" 30
+
+check "busctl introspect matches dbus/org.xlurm.Scheduler1.xml"
+busctl --xml-interface introspect org.xlurm.Scheduler1 /org/xlurm/Scheduler1 \
+  | awk '/<interface name="org.xlurm.Scheduler1">/,/<\/interface>/' | sed 's/^[[:space:]]*//' > /tmp/live.xml
+cat /tmp/live.xml
+[ -f dbus/org.xlurm.Scheduler1.xml ] || fail "dbus/org.xlurm.Scheduler1.xml is missing"
+sed 's/^[[:space:]]*//' dbus/org.xlurm.Scheduler1.xml | awk '/<interface name="org.xlurm.Scheduler1">/,/<\/interface>/' > /tmp/doc.xml
+assert_ok diff -u /tmp/doc.xml /tmp/live.xml
