@@ -195,3 +195,47 @@ async fn a_restarted_daemon_readopts_harvests_and_marks_lost() {
     let started = e.fake.shared.lock().unwrap().started.iter().filter(|r| r.name == format!("xlurm-job-{a}.service")).count();
     assert_eq!(started, 1, "job a was never started twice");
 }
+
+/// The `<interface name="...">` block of an introspection document, whitespace-trimmed per line.
+fn interface_block(xml: &str, name: &str) -> String {
+    let start = format!("<interface name=\"{name}\">");
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in xml.lines().map(str::trim) {
+        if line == start {
+            inside = true;
+        }
+        if inside {
+            out.push(line.to_string());
+            if line == "</interface>" {
+                break;
+            }
+        }
+    }
+    out.join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_interface_matches_dbus_xml() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let conn = e.bus.connect().await.unwrap();
+    let intro = zbus::fdo::IntrospectableProxy::builder(&conn)
+        .destination("org.xlurm.Scheduler1")
+        .path("/org/xlurm/Scheduler1")
+        .build()
+        .await
+        .unwrap();
+    let live = interface_block(&intro.introspect().await.unwrap(), "org.xlurm.Scheduler1");
+    assert!(live.contains("<method name=\"Submit\">"), "{live}");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/dbus/org.xlurm.Scheduler1.xml");
+    if std::env::var_os("XLURM_BLESS").is_some() {
+        let doc = format!(
+            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<!-- org.xlurm.Scheduler1 at /org/xlurm/Scheduler1. Generated from the running daemon\n     (XLURM_BLESS=1 cargo test --test daemon_fake the_served_interface); checked by that\n     test and by the VM scenario 10-xlurmd-jobs. The README documents each method. -->\n<node>\n{}\n</node>\n",
+            live.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+        );
+        std::fs::write(path, doc).unwrap();
+    }
+    let doc = std::fs::read_to_string(path).expect("dbus/org.xlurm.Scheduler1.xml exists");
+    assert_eq!(interface_block(&doc, "org.xlurm.Scheduler1"), live, "dbus/org.xlurm.Scheduler1.xml is out of date: rerun with XLURM_BLESS=1");
+}

@@ -88,6 +88,83 @@ pub fn place(demand: &Demand, machine: &Machine, avail: &Avail) -> Result<Alloca
     })))
 }
 
+/// A summary of free resources for a cheap test that rules out jobs which
+/// certainly do not fit, without building a placement: free CPUs and memory
+/// per node and in total, usable free devices per vendor, and whether the
+/// machine is idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Room {
+    node_cpus: Vec<u32>,
+    node_mem: Vec<u64>,
+    cpus: u32,
+    mem: u64,
+    devices: [u32; Vendor::ALL.len()],
+    idle: bool,
+}
+
+impl Room {
+    pub fn of(avail: &Avail, machine: &Machine) -> Room {
+        let nodes = &machine.topology.nodes;
+        let node_cpus: Vec<u32> = nodes
+            .iter()
+            .map(|n| avail.cpus.intersection_len(&n.cpus))
+            .collect();
+        let mut devices = [0u32; Vendor::ALL.len()];
+        let mut all_devices = true;
+        for (dev, free) in machine.devices.iter().zip(&avail.devices) {
+            all_devices &= *free;
+            if *free && dev.usable() {
+                devices[dev.vendor.index()] += 1;
+            }
+        }
+        let cpus = node_cpus.iter().sum();
+        let idle = all_devices
+            && cpus == machine.topology.total_cpus()
+            && nodes.iter().zip(&avail.mem).all(|(n, m)| *m == n.mem_bytes);
+        Room {
+            cpus,
+            mem: avail.mem.iter().sum(),
+            node_mem: avail.mem.clone(),
+            node_cpus,
+            devices,
+            idle,
+        }
+    }
+
+    /// Free CPUs in total.
+    pub fn cpus(&self) -> u32 {
+        self.cpus
+    }
+
+    /// False when [`place`] would certainly fail for `demand` in the view this
+    /// summarises; true when it may succeed. Exact for jobs without devices
+    /// that are not exclusive.
+    pub fn may_fit(&self, demand: &Demand) -> bool {
+        if demand.exclusive {
+            return self.idle;
+        }
+        let d = &demand.devices;
+        if d.count > 0 {
+            let enough = match d.vendor {
+                Some(v) => self.devices[v.index()] >= d.count,
+                None => self.devices.iter().any(|n| *n >= d.count),
+            };
+            if !enough {
+                return false;
+            }
+        }
+        let (c, m) = (demand.cpus, demand.mem_bytes);
+        if demand.numa_local {
+            self.node_cpus
+                .iter()
+                .zip(&self.node_mem)
+                .any(|(nc, nm)| *nc >= c && *nm >= m)
+        } else {
+            self.cpus >= c && self.mem >= m
+        }
+    }
+}
+
 /// How hard a failure is to cure: freeing resources helps a `Resources` (or
 /// `Exclusive`) failure, but not a busy, unhealthy or disabled device.
 fn severity(r: &Reason) -> u8 {

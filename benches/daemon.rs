@@ -1,0 +1,139 @@
+//! xlurmd's own cost, measured natively: the daemon on a private dbus-daemon
+//! with a systemd double that accepts StartTransientUnit at once.
+//! `cargo bench --bench daemon` prints the figures; goals from issue 4 beside them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use xlurm::cli::client::{Dict, SchedulerProxy};
+use xlurm::core::{Limits, Machine, Policy, Topology};
+use xlurm::daemon::run::{serve, ServeConfig};
+use xlurm::daemon::spec::entry;
+use xlurm::testing::bus::PrivateBus;
+use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+
+fn spec() -> Dict {
+    HashMap::from([
+        entry("argv", vec!["/bin/true".to_string()]),
+        entry("cwd", "/"),
+        entry("env", vec!["HOME=/root".to_string(), "PATH=/usr/bin:/bin".to_string()]),
+    ])
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn submit_rate(bus: &PrivateBus, clients: usize, per_client: usize) -> f64 {
+    let mut proxies = Vec::new();
+    for _ in 0..clients {
+        let conn = bus.connect().await.unwrap();
+        proxies.push(SchedulerProxy::new(&conn).await.unwrap());
+    }
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for p in proxies {
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per_client {
+                p.submit(spec()).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (clients * per_client) as f64 / t0.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let bus = PrivateBus::start().unwrap();
+    let fake_conn = bus.connect().await.unwrap();
+    let fake = FakeSystemd::serve(&fake_conn, Mode::Instant).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let conn = bus.connect().await.unwrap();
+    let cfg = ServeConfig {
+        // No CPU free for jobs beyond 1: submissions queue, nothing starts
+        // (this measures the submit path alone).
+        machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
+        policy: Policy::FifoStrict,
+        limits: Limits { max_running: 1, max_lifetime_secs: 3600, min_job_mem: 1 << 20 },
+        state_dir: state.path().to_path_buf(),
+        settings_user_mode: false,
+        slice: "xlurm.slice".into(),
+        max_pending_per_user: 1_000_000,
+        retention_secs: 86400,
+        list_is_public: true,
+    };
+    let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
+    let c = SchedulerProxy::new(&bus.connect().await.unwrap()).await.unwrap();
+
+    println!("xlurmd benchmarks (private dbus-daemon, systemd double; goals from issue 4)");
+    let empty = submit_rate(&bus, 8, 250).await;
+    println!("single submits, 8 clients, empty history:      {empty:>8.0}/s   (goal >= 2000/s)");
+
+    let t0 = Instant::now();
+    let mut total = 0;
+    while total < 100_000 {
+        let ids = c.submit_many((0..10_000).map(|_| spec()).collect()).await.unwrap();
+        total += ids.len();
+    }
+    let batch = total as f64 / t0.elapsed().as_secs_f64();
+    println!("batch submit (SubmitMany of 10,000):           {batch:>8.0} jobs/s (goal >= 20000/s)");
+
+    let full = submit_rate(&bus, 8, 250).await;
+    println!(
+        "single submits, 8 clients, 100,000 in history: {full:>8.0}/s   (goal within 20% of empty: {:+.0}%)",
+        (full / empty - 1.0) * 100.0
+    );
+
+    let filter = HashMap::from([entry("all_users", true), entry("finished", true)]);
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let jobs = c.list_jobs(filter.clone()).await.unwrap();
+        times.push(t0.elapsed());
+        assert!(jobs.len() >= 100_000);
+    }
+    times.sort();
+    println!("listing 100,000+ jobs (median of 5):           {:>8.1} ms (goal < 100 ms)", times[2].as_secs_f64() * 1e3);
+
+    // Slot-free to StartTransientUnit: the one running job ends, the next starts.
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        let running = {
+            let st = served.daemon.state.lock().await;
+            st.jobs.values().find(|j| j.state == xlurm::daemon::job::JobState::Running).map(|j| j.unit.clone())
+        };
+        let Some(unit) = running else { break };
+        let before = fake.shared.lock().unwrap().start_times.len();
+        let t0 = Instant::now();
+        fake.finish(&unit, 0).await;
+        loop {
+            let shared = fake.shared.lock().unwrap();
+            if shared.start_times.len() > before {
+                lat.push(shared.start_times[before].duration_since(t0));
+                break;
+            }
+            drop(shared);
+            if t0.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    }
+    lat.sort();
+    if !lat.is_empty() {
+        println!(
+            "slot free -> StartTransientUnit (median of {}):   {:>8.2} ms (goal < 5 ms)",
+            lat.len(),
+            lat[lat.len() / 2].as_secs_f64() * 1e3
+        );
+    }
+    println!("process RSS with {}+ jobs held (bench + daemon): {:>6.1} MiB (goal < 64 MiB for the daemon)", total, rss_mib());
+}
