@@ -15,7 +15,10 @@ fn spec() -> Dict {
     HashMap::from([
         entry("argv", vec!["/bin/true".to_string()]),
         entry("cwd", "/"),
-        entry("env", vec!["HOME=/root".to_string(), "PATH=/usr/bin:/bin".to_string()]),
+        entry(
+            "env",
+            vec!["HOME=/root".to_string(), "PATH=/usr/bin:/bin".to_string()],
+        ),
     ])
 }
 
@@ -60,9 +63,14 @@ async fn main() {
     let cfg = ServeConfig {
         // No CPU free for jobs beyond 1: submissions queue, nothing starts
         // (this measures the submit path alone).
+        accel: vec![],
         machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
         policy: Policy::FifoStrict,
-        limits: Limits { max_running: 1, max_lifetime_secs: 3600, min_job_mem: 1 << 20 },
+        limits: Limits {
+            max_running: 1,
+            max_lifetime_secs: 3600,
+            min_job_mem: 1 << 20,
+        },
         state_dir: state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
@@ -71,7 +79,9 @@ async fn main() {
         list_is_public: true,
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
-    let c = SchedulerProxy::new(&bus.connect().await.unwrap()).await.unwrap();
+    let c = SchedulerProxy::new(&bus.connect().await.unwrap())
+        .await
+        .unwrap();
 
     println!("xlurmd benchmarks (private dbus-daemon, systemd double; goals from issue 4)");
     let empty = submit_rate(&bus, 8, 250).await;
@@ -80,11 +90,16 @@ async fn main() {
     let t0 = Instant::now();
     let mut total = 0;
     while total < 100_000 {
-        let ids = c.submit_many((0..10_000).map(|_| spec()).collect()).await.unwrap();
+        let ids = c
+            .submit_many((0..10_000).map(|_| spec()).collect())
+            .await
+            .unwrap();
         total += ids.len();
     }
     let batch = total as f64 / t0.elapsed().as_secs_f64();
-    println!("batch submit (SubmitMany of 10,000):           {batch:>8.0} jobs/s (goal >= 20000/s)");
+    println!(
+        "batch submit (SubmitMany of 10,000):           {batch:>8.0} jobs/s (goal >= 20000/s)"
+    );
 
     let full = submit_rate(&bus, 8, 250).await;
     println!(
@@ -101,26 +116,34 @@ async fn main() {
         assert!(jobs.len() >= 100_000);
     }
     times.sort();
-    println!("listing 100,000+ jobs (median of 5):           {:>8.1} ms (goal < 100 ms)", times[2].as_secs_f64() * 1e3);
+    println!(
+        "listing 100,000+ jobs (median of 5):           {:>8.1} ms (goal < 100 ms)",
+        times[2].as_secs_f64() * 1e3
+    );
 
     // Slot-free to StartTransientUnit: the one running job ends, the next starts.
     let mut lat = Vec::new();
     for _ in 0..20 {
         let running = {
             let st = served.daemon.state.lock().await;
-            st.jobs.values().find(|j| j.state == xlurm::daemon::job::JobState::Running).map(|j| j.unit.clone())
+            st.jobs
+                .values()
+                .find(|j| j.state == xlurm::daemon::job::JobState::Running)
+                .map(|j| j.unit.clone())
         };
         let Some(unit) = running else { break };
         let before = fake.shared.lock().unwrap().start_times.len();
         let t0 = Instant::now();
         fake.finish(&unit, 0).await;
         loop {
-            let shared = fake.shared.lock().unwrap();
-            if shared.start_times.len() > before {
-                lat.push(shared.start_times[before].duration_since(t0));
+            let started = {
+                let shared = fake.shared.lock().unwrap();
+                shared.start_times.get(before).copied()
+            };
+            if let Some(t) = started {
+                lat.push(t.duration_since(t0));
                 break;
             }
-            drop(shared);
             if t0.elapsed() > Duration::from_secs(5) {
                 break;
             }

@@ -16,7 +16,10 @@ pub fn read_topology(root: &Path) -> Result<Topology> {
     if let Ok(entries) = std::fs::read_dir(&node_dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(id) = name
+                .strip_prefix("node")
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             let mut cpus = read_list(&e.path().join("cpulist"))?;
@@ -29,7 +32,11 @@ pub fn read_topology(root: &Path) -> Result<Topology> {
             if cpus.is_empty() && mem_bytes == 0 {
                 continue;
             }
-            nodes.push(Node { id, cpus, mem_bytes });
+            nodes.push(Node {
+                id,
+                cpus,
+                mem_bytes,
+            });
         }
     }
     if !nodes.is_empty() {
@@ -37,15 +44,24 @@ pub fn read_topology(root: &Path) -> Result<Topology> {
     }
     let cpus = match online {
         Some(c) => c,
-        None => IdSet::range(0, std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
+        None => IdSet::range(
+            0,
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        ),
     };
-    let meminfo = std::fs::read_to_string(root.join("proc/meminfo")).context("reading /proc/meminfo")?;
+    let meminfo =
+        std::fs::read_to_string(root.join("proc/meminfo")).context("reading /proc/meminfo")?;
     let mem = parse_node_meminfo(0, &meminfo)?;
-    Ok(Topology::from_nodes(vec![Node { id: 0, cpus, mem_bytes: mem }]))
+    Ok(Topology::from_nodes(vec![Node {
+        id: 0,
+        cpus,
+        mem_bytes: mem,
+    }]))
 }
 
 fn read_list(path: &Path) -> Result<IdSet> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(IdSet::parse_list(&text)?)
 }
 
@@ -57,8 +73,16 @@ pub fn cgroup_v2_problem(root: &Path) -> Option<String> {
         return Some("the unified cgroup v2 hierarchy is not mounted at /sys/fs/cgroup (boot with systemd.unified_cgroup_hierarchy=1)".into());
     };
     let have: Vec<&str> = text.split_whitespace().collect();
-    let missing: Vec<&str> = ["cpuset", "memory"].into_iter().filter(|c| !have.contains(c)).collect();
-    (!missing.is_empty()).then(|| format!("the cgroup v2 controllers {} are not available", missing.join(" and ")))
+    let missing: Vec<&str> = ["cpuset", "memory"]
+        .into_iter()
+        .filter(|c| !have.contains(c))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the cgroup v2 controllers {} are not available",
+            missing.join(" and ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -77,9 +101,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         write(d.path(), "sys/devices/system/cpu/online", "0-2\n");
         write(d.path(), "sys/devices/system/node/node0/cpulist", "0-1\n");
-        write(d.path(), "sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: 1024 kB\n");
+        write(
+            d.path(),
+            "sys/devices/system/node/node0/meminfo",
+            "Node 0 MemTotal: 1024 kB\n",
+        );
         write(d.path(), "sys/devices/system/node/node1/cpulist", "2-3\n");
-        write(d.path(), "sys/devices/system/node/node1/meminfo", "Node 1 MemTotal: 2048 kB\n");
+        write(
+            d.path(),
+            "sys/devices/system/node/node1/meminfo",
+            "Node 1 MemTotal: 2048 kB\n",
+        );
         write(d.path(), "sys/devices/system/node/possible", "0-1\n");
         let t = read_topology(d.path()).unwrap();
         assert_eq!(t.nodes.len(), 2);
@@ -91,7 +123,11 @@ mod tests {
     fn without_numa_sysfs_the_machine_is_one_node() {
         let d = tempfile::tempdir().unwrap();
         write(d.path(), "sys/devices/system/cpu/online", "0-3\n");
-        write(d.path(), "proc/meminfo", "MemTotal:       16384 kB\nMemFree: 1 kB\n");
+        write(
+            d.path(),
+            "proc/meminfo",
+            "MemTotal:       16384 kB\nMemFree: 1 kB\n",
+        );
         let t = read_topology(d.path()).unwrap();
         assert_eq!(t.nodes.len(), 1);
         assert_eq!(t.total_cpus(), 4);
@@ -102,9 +138,17 @@ mod tests {
     fn cgroup_check_names_what_is_missing() {
         let d = tempfile::tempdir().unwrap();
         assert!(cgroup_v2_problem(d.path()).unwrap().contains("not mounted"));
-        write(d.path(), "sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+        write(
+            d.path(),
+            "sys/fs/cgroup/cgroup.controllers",
+            "cpu io memory pids\n",
+        );
         assert!(cgroup_v2_problem(d.path()).unwrap().contains("cpuset"));
-        write(d.path(), "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
+        write(
+            d.path(),
+            "sys/fs/cgroup/cgroup.controllers",
+            "cpuset cpu io memory pids\n",
+        );
         assert_eq!(cgroup_v2_problem(d.path()), None);
     }
 }

@@ -5,9 +5,9 @@
 //! client, vendor libraries, CLI). See `docs/ARCHITECTURE.md`.
 
 pub mod accel;
+pub mod cli;
 pub mod core;
 pub mod daemon;
-pub mod cli;
 pub mod host;
 #[doc(hidden)]
 pub mod testing;

@@ -19,7 +19,7 @@
 
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
-use xlurm::core::alloc::place;
+use xlurm::core::alloc::{place, Room};
 use xlurm::core::books::Avail;
 use xlurm::core::*;
 
@@ -40,7 +40,10 @@ enum TopoSpec {
     Big { split: u8 },
     /// Irregular nodes: (CPUs, memory units, node ID step); `holes` reserves
     /// every third CPU of the nodes that have more than one.
-    Small { nodes: Vec<(u32, u64, u32)>, holes: bool },
+    Small {
+        nodes: Vec<(u32, u64, u32)>,
+        holes: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +166,12 @@ fn machine(sc: &Scenario) -> Machine {
         for spec in &sc.devices {
             let v = spec.vendor as usize % 3;
             let node = spec.node.map(|n| node_ids[n as usize % node_ids.len()]);
-            let mut d = Device::new(VENDORS[v], next[v], format!("{}-{}", VENDORS[v], next[v]), node);
+            let mut d = Device::new(
+                VENDORS[v],
+                next[v],
+                format!("{}-{}", VENDORS[v], next[v]),
+                node,
+            );
             d.health = health_of(spec.health);
             d.disabled = spec.disabled;
             devices.push(d);
@@ -376,7 +384,15 @@ impl Model {
             Op::Submit(raw) => {
                 let req = request(raw, self.s.machine());
                 let v = self.s.validate(&req);
-                if let Err(e) = &v { let t = format!("{e:?}"); eprintln!("REJ {}", t.split(|c: char| !c.is_alphanumeric()).next().unwrap()); } else { eprintln!("REJ accepted"); }
+                if let Err(e) = &v {
+                    let t = format!("{e:?}");
+                    eprintln!(
+                        "REJ {}",
+                        t.split(|c: char| !c.is_alphanumeric()).next().unwrap()
+                    );
+                } else {
+                    eprintln!("REJ accepted");
+                }
                 if let Ok(d) = v {
                     assert!(d.time_limit_secs >= 1 && d.time_limit_secs <= LIFETIME);
                     if self.checks {
@@ -525,7 +541,11 @@ impl Model {
         if let Some((h, t)) = reserved {
             assert!(self.s.is_pending(h), "reserved head {h} is not pending");
             if t != u64::MAX {
-                assert!(t > self.now, "reservation {t} not in the future of {}", self.now);
+                assert!(
+                    t > self.now,
+                    "reservation {t} not in the future of {}",
+                    self.now
+                );
                 let entry = self.promises.entry(h).or_insert(t);
                 assert!(
                     t <= *entry,
@@ -549,7 +569,16 @@ impl Model {
     fn check_reasons(&self) {
         assert_eq!(self.s.pending_count(), self.pending.len());
         assert_eq!(self.s.running_count(), self.running.len());
+        let m = self.s.machine();
+        let room = Room::of(self.s.free(), m);
         for (id, d) in &self.pending {
+            // The quick fit test never rules out a job that fits, and is
+            // exact for plain CPU jobs.
+            let fits = place(d, m, self.s.free()).is_ok();
+            assert!(!fits || room.may_fit(d), "quick test rules out {d:?}");
+            if d.devices.count == 0 && !d.exclusive {
+                assert_eq!(room.may_fit(d), fits, "quick test inexact for {d:?}");
+            }
             assert!(self.s.is_pending(*id));
             assert_eq!(self.s.demand(*id), Some(d));
             assert!(self.s.reason(*id).is_some(), "no reason for pending {id}");
@@ -595,7 +624,12 @@ impl Model {
                 mem[pos],
                 node.mem_bytes
             );
-            assert_eq!(free.mem[pos], node.mem_bytes - mem[pos], "free memory of node {}", node.id);
+            assert_eq!(
+                free.mem[pos],
+                node.mem_bytes - mem[pos],
+                "free memory of node {}",
+                node.id
+            );
         }
         let mut want = topo.all_cpus();
         want.subtract(&cpus);
@@ -668,7 +702,10 @@ fn check_alloc(s: &Scheduler, id: JobId, d: &Demand, a: &Allocation) {
         .collect();
     assert_eq!(slots.len(), a.devices.len(), "a device given twice");
     if let Some(first) = a.devices.first() {
-        assert!(a.devices.iter().all(|r| r.vendor == first.vendor), "mixed vendors");
+        assert!(
+            a.devices.iter().all(|r| r.vendor == first.vendor),
+            "mixed vendors"
+        );
         if let Some(v) = d.devices.vendor {
             assert_eq!(first.vendor, v);
         }
@@ -678,15 +715,31 @@ fn check_alloc(s: &Scheduler, id: JobId, d: &Demand, a: &Allocation) {
         let got: BTreeSet<u32> = a.devices.iter().map(|r| r.index).collect();
         assert_eq!(got, want, "exact device IDs");
     }
-    for (r, slot) in a.devices.iter().zip(a.devices.iter().map(|r| m.slot(r.vendor, r.index).unwrap())) {
-        assert!(!d.devices.exclude.contains(&r.index), "excluded device {} given", r.index);
-        assert!(m.devices[slot].usable(), "unusable device {} given", r.index);
+    for (r, slot) in a
+        .devices
+        .iter()
+        .zip(a.devices.iter().map(|r| m.slot(r.vendor, r.index).unwrap()))
+    {
+        assert!(
+            !d.devices.exclude.contains(&r.index),
+            "excluded device {} given",
+            r.index
+        );
+        assert!(
+            m.devices[slot].usable(),
+            "unusable device {} given",
+            r.index
+        );
         assert_eq!(r.uuid, m.devices[slot].uuid);
         assert_eq!(s.holder(slot), Some(id));
     }
     let cpu_nodes: BTreeSet<u32> = a.cpu_nodes(m).iter().collect();
     if d.exclusive {
-        assert_eq!(a.cpus.to_list(), topo.all_cpus().to_list(), "exclusive CPUs");
+        assert_eq!(
+            a.cpus.to_list(),
+            topo.all_cpus().to_list(),
+            "exclusive CPUs"
+        );
         let all: Vec<(u32, u64)> = topo.nodes.iter().map(|n| (n.id, n.mem_bytes)).collect();
         assert_eq!(a.mem_charge, all, "exclusive memory");
         assert!(a.mem_bytes >= d.mem_bytes);
@@ -697,7 +750,10 @@ fn check_alloc(s: &Scheduler, id: JobId, d: &Demand, a: &Allocation) {
     assert_eq!(a.cpus.len(), d.cpus, "CPU count");
     assert!(a.cpus.is_subset(&topo.all_cpus()));
     assert_eq!(a.mem_bytes, d.mem_bytes);
-    assert_eq!(a.mem_charge.iter().map(|(_, b)| b).sum::<u64>(), d.mem_bytes);
+    assert_eq!(
+        a.mem_charge.iter().map(|(_, b)| b).sum::<u64>(),
+        d.mem_bytes
+    );
     if d.numa_local {
         assert_eq!(mem_nodes.len(), 1, "numa-local memory on one node");
         assert_eq!(cpu_nodes, mem_nodes, "numa-local CPUs on the memory node");
@@ -716,8 +772,18 @@ fn run(sc: &Scenario, checks: bool, idle_passes: bool) -> Trace {
     model.drain();
     if checks {
         let starts: usize = model.trace.iter().map(|t| t.1.len()).sum();
-        let res = model.trace.iter().filter(|t| t.2.is_some_and(|r| r.1 != u64::MAX)).count();
-        eprintln!("STAT ids={} passes={} starts={} reserved={}", model.next_id - 1, model.trace.len(), starts, res);
+        let res = model
+            .trace
+            .iter()
+            .filter(|t| t.2.is_some_and(|r| r.1 != u64::MAX))
+            .count();
+        eprintln!(
+            "STAT ids={} passes={} starts={} reserved={}",
+            model.next_id - 1,
+            model.trace.len(),
+            starts,
+            res
+        );
     }
     model.trace
 }
@@ -730,7 +796,11 @@ fn check(sc: &Scenario) {
     // nothing and changes nothing later (fifo-strict, easy-backfill and
     // largest-first; strict-backfill may re-plan its reservation once the
     // backfilled jobs run).
-    assert_eq!(run(sc, false, true), trace, "an idle pass changed what happens later");
+    assert_eq!(
+        run(sc, false, true),
+        trace,
+        "an idle pass changed what happens later"
+    );
 }
 
 // ---------------------------------------------------------------- properties

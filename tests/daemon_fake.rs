@@ -22,15 +22,25 @@ async fn env(mode: Mode) -> Env {
     let bus = PrivateBus::start().expect("dbus-daemon");
     let conn = bus.connect().await.unwrap();
     let fake = FakeSystemd::serve(&conn, mode).await.unwrap();
-    Env { bus, fake, state: tempfile::tempdir().unwrap(), _fake_conn: conn }
+    Env {
+        bus,
+        fake,
+        state: tempfile::tempdir().unwrap(),
+        _fake_conn: conn,
+    }
 }
 
 async fn daemon(e: &Env) -> (Served, zbus::Connection) {
     let conn = e.bus.connect().await.unwrap();
     let cfg = ServeConfig {
+        accel: vec![],
         machine: Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]),
         policy: Policy::FifoStrict,
-        limits: Limits { max_running: 8, max_lifetime_secs: 3600, min_job_mem: 64 << 20 },
+        limits: Limits {
+            max_running: 8,
+            max_lifetime_secs: 3600,
+            min_job_mem: 64 << 20,
+        },
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
@@ -50,7 +60,10 @@ async fn client(e: &Env) -> SchedulerProxy<'static> {
 
 fn spec(argv: &[&str]) -> Dict {
     HashMap::from([
-        entry("argv", argv.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        entry(
+            "argv",
+            argv.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        ),
         entry("cwd", "/"),
     ])
 }
@@ -62,14 +75,20 @@ async fn wait_state(c: &SchedulerProxy<'_>, id: u64, want: &str) -> Dict {
         if get_str(&job, "state") == want {
             return job;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "job {id} stuck in {} (wanted {want})", get_str(&job, "state"));
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "job {id} stuck in {} (wanted {want})",
+            get_str(&job, "state")
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 fn error_name(e: zbus::Error) -> String {
     match e {
-        zbus::Error::MethodError(name, msg, _) => format!("{} {}", name.as_str(), msg.unwrap_or_default()),
+        zbus::Error::MethodError(name, msg, _) => {
+            format!("{} {}", name.as_str(), msg.unwrap_or_default())
+        }
         other => format!("{other}"),
     }
 }
@@ -80,17 +99,40 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     let (_d, _c) = daemon(&e).await;
     let c = client(&e).await;
     let mut s = spec(&["/bin/sh", "-c", "exit 3"]);
-    s.extend([entry("cpus", 2u32), entry("env", vec!["CUDA_VISIBLE_DEVICES=7".to_string(), "A=1".to_string()])]);
+    s.extend([
+        entry("cpus", 2u32),
+        entry(
+            "env",
+            vec!["CUDA_VISIBLE_DEVICES=7".to_string(), "A=1".to_string()],
+        ),
+    ]);
     let (id, info) = c.submit(s).await.unwrap();
-    assert_eq!(get::<u64>(&info, "mem"), Some(1 << 30), "2 of 4 CPUs: half of 2 GiB");
+    assert_eq!(
+        get::<u64>(&info, "mem"),
+        Some(1 << 30),
+        "2 of 4 CPUs: half of 2 GiB"
+    );
     let job = wait_state(&c, id, "FAILED").await;
     assert_eq!(get::<i32>(&job, "exit_code"), Some(3));
     assert_eq!(get_str(&job, "alloc_cpus"), "0-1");
     let shared = e.fake.shared.lock().unwrap();
-    let rec = shared.started.iter().find(|r| r.name == format!("xlurm-job-{id}.service")).expect("unit started");
-    let p = |k: &str| rec.properties.get(k).unwrap_or_else(|| panic!("{k} not sent")).try_clone().unwrap();
+    let rec = shared
+        .started
+        .iter()
+        .find(|r| r.name == format!("xlurm-job-{id}.service"))
+        .expect("unit started");
+    let p = |k: &str| {
+        rec.properties
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} not sent"))
+            .try_clone()
+            .unwrap()
+    };
     assert_eq!(Vec::<u8>::try_from(p("AllowedCPUs")).unwrap(), vec![0b11]);
-    assert_eq!(Vec::<u8>::try_from(p("AllowedMemoryNodes")).unwrap(), vec![0b1]);
+    assert_eq!(
+        Vec::<u8>::try_from(p("AllowedMemoryNodes")).unwrap(),
+        vec![0b1]
+    );
     assert_eq!(u64::try_from(p("MemoryMax")).unwrap(), 1 << 30);
     assert_eq!(u64::try_from(p("MemorySwapMax")).unwrap(), 0);
     assert_eq!(String::try_from(p("DevicePolicy")).unwrap(), "closed");
@@ -99,7 +141,14 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     assert!(bool::try_from(p("NoNewPrivileges")).unwrap());
     let env = Vec::<String>::try_from(p("Environment")).unwrap();
     assert!(env.contains(&format!("XLURM_JOB_ID={id}")));
-    assert!(env.contains(&"CUDA_VISIBLE_DEVICES=".to_string()), "CPU job sees no GPU: {env:?}");
+    assert!(
+        env.contains(&"CUDA_VISIBLE_DEVICES=-1".to_string()),
+        "CPU job sees no GPU: {env:?}"
+    );
+    assert!(
+        env.contains(&"ASCEND_RT_VISIBLE_DEVICES=-1".to_string()),
+        "{env:?}"
+    );
     assert!(env.contains(&"A=1".to_string()));
 }
 
@@ -118,27 +167,48 @@ async fn bad_input_gets_named_errors_and_queues_nothing() {
     zero.extend([entry("mem", 0u64)]);
     let cases = [
         (unknown, "Error.InvalidArgs unknown spec key \"colour\""),
-        (wrong, "Error.InvalidArgs spec key \"cpus\" must have type u"),
-        (spec(&["true"]), "Error.InvalidArgs argv[0] \"true\" must be an absolute path"),
-        (huge, "Error.InvalidRequest asks for 5 CPUs, but jobs here can use at most 4"),
+        (
+            wrong,
+            "Error.InvalidArgs spec key \"cpus\" must have type u",
+        ),
+        (
+            spec(&["true"]),
+            "Error.InvalidArgs argv[0] \"true\" must be an absolute path",
+        ),
+        (
+            huge,
+            "Error.InvalidRequest asks for 5 CPUs, but jobs here can use at most 4",
+        ),
         (zero, "Error.InvalidRequest a memory budget of 0 bytes"),
-        (HashMap::from([entry("argv", vec!["/bin/true".to_string()])]), "Error.InvalidArgs spec key \"cwd\" is missing"),
+        (
+            HashMap::from([entry("argv", vec!["/bin/true".to_string()])]),
+            "Error.InvalidArgs spec key \"cwd\" is missing",
+        ),
     ];
     for (s, want) in cases {
         let err = error_name(c.submit(s).await.expect_err(want));
-        assert!(err.starts_with("org.xlurm.Scheduler1.") && err.contains(want), "{err} lacks {want}");
+        assert!(
+            err.starts_with("org.xlurm.Scheduler1.") && err.contains(want),
+            "{err} lacks {want}"
+        );
     }
     let bad_batch = vec![spec(&["/bin/true"]), spec(&["nope"])];
     assert!(error_name(c.submit_many(bad_batch).await.unwrap_err()).contains("job 2:"));
     let all = HashMap::from([entry("all_users", true), entry("finished", true)]);
-    assert!(c.list_jobs(all.clone()).await.unwrap().is_empty(), "nothing queued");
+    assert!(
+        c.list_jobs(all.clone()).await.unwrap().is_empty(),
+        "nothing queued"
+    );
     assert!(error_name(c.get_job(999).await.unwrap_err()).contains("NoSuchJob"));
     assert!(error_name(c.cancel(999).await.unwrap_err()).contains("NoSuchJob"));
     let bad_filter = HashMap::from([entry("states", vec!["SLEEPING".to_string()])]);
     assert!(error_name(c.list_jobs(bad_filter).await.unwrap_err()).contains("unknown state"));
     assert!(error_name(c.set_policy("sjf").await.unwrap_err()).contains("InvalidArgs"));
     // The per-user pending limit (5 here) holds and says so.
-    let ids = c.submit_many((0..4).map(|_| spec(&["/bin/sleep", "1"])).collect()).await.unwrap();
+    let ids = c
+        .submit_many((0..4).map(|_| spec(&["/bin/sleep", "1"])).collect())
+        .await
+        .unwrap();
     assert_eq!(ids.len(), 4);
     // The daemon still serves after all that.
     assert_eq!(c.list_jobs(all).await.unwrap().len(), 4);
@@ -156,13 +226,23 @@ async fn cancel_stops_the_unit_and_pending_jobs_leave_the_queue() {
     let (pending, _) = c.submit(big).await.unwrap();
     let job = c.get_job(pending).await.unwrap();
     assert_eq!(get_str(&job, "state"), "PENDING");
-    assert!(get_str(&job, "reason").starts_with("Resources (CPUs"), "{}", get_str(&job, "reason"));
+    assert!(
+        get_str(&job, "reason").starts_with("Resources (CPUs"),
+        "{}",
+        get_str(&job, "reason")
+    );
     assert_eq!(c.cancel(pending).await.unwrap(), "PENDING");
     wait_state(&c, pending, "CANCELLED").await;
     c.cancel(running).await.unwrap();
     let job = wait_state(&c, running, "CANCELLED").await;
     assert_eq!(get::<i32>(&job, "exit_code"), Some(130));
-    assert!(e.fake.shared.lock().unwrap().stopped.contains(&format!("xlurm-job-{running}.service")));
+    assert!(e
+        .fake
+        .shared
+        .lock()
+        .unwrap()
+        .stopped
+        .contains(&format!("xlurm-job-{running}.service")));
     assert!(error_name(c.cancel(running).await.unwrap_err()).contains("WrongState"));
 }
 
@@ -173,7 +253,14 @@ async fn a_restarted_daemon_readopts_harvests_and_marks_lost() {
     let (d, conn) = daemon(&e).await;
     let (a, _) = c.submit(spec(&["/bin/a"])).await.unwrap();
     let (b, _) = c.submit(spec(&["/bin/b"])).await.unwrap();
-    let (q, _) = c.submit(HashMap::from([entry("argv", vec!["/bin/q".to_string()]), entry("cwd", "/"), entry("cpus", 4u32)])).await.unwrap();
+    let (q, _) = c
+        .submit(HashMap::from([
+            entry("argv", vec!["/bin/q".to_string()]),
+            entry("cwd", "/"),
+            entry("cpus", 4u32),
+        ]))
+        .await
+        .unwrap();
     wait_state(&c, a, "RUNNING").await;
     wait_state(&c, b, "RUNNING").await;
     // The daemon goes away; meanwhile job a exits 5 and job b's unit vanishes.
@@ -192,7 +279,15 @@ async fn a_restarted_daemon_readopts_harvests_and_marks_lost() {
     // IDs are never reused.
     let (next, _) = c.submit(spec(&["/bin/n"])).await.unwrap();
     assert!(next > q);
-    let started = e.fake.shared.lock().unwrap().started.iter().filter(|r| r.name == format!("xlurm-job-{a}.service")).count();
+    let started = e
+        .fake
+        .shared
+        .lock()
+        .unwrap()
+        .started
+        .iter()
+        .filter(|r| r.name == format!("xlurm-job-{a}.service"))
+        .count();
     assert_eq!(started, 1, "job a was never started twice");
 }
 
@@ -237,5 +332,9 @@ async fn the_served_interface_matches_dbus_xml() {
         std::fs::write(path, doc).unwrap();
     }
     let doc = std::fs::read_to_string(path).expect("dbus/org.xlurm.Scheduler1.xml exists");
-    assert_eq!(interface_block(&doc, "org.xlurm.Scheduler1"), live, "dbus/org.xlurm.Scheduler1.xml is out of date: rerun with XLURM_BLESS=1");
+    assert_eq!(
+        interface_block(&doc, "org.xlurm.Scheduler1"),
+        live,
+        "dbus/org.xlurm.Scheduler1.xml is out of date: rerun with XLURM_BLESS=1"
+    );
 }

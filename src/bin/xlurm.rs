@@ -4,7 +4,10 @@ use clap::Parser;
 fn main() {
     let args = xlurm::cli::normalize_args(std::env::args().collect());
     let cli = xlurm::cli::Cli::parse_from(args);
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("xlurm: cannot start the async runtime: {e}");

@@ -20,13 +20,23 @@ pub trait Scheduler {
     fn get_machine(&self) -> zbus::Result<Dict>;
     fn set_policy(&self, policy: &str) -> zbus::Result<()>;
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
-    fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool) -> zbus::Result<()>;
+    fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)
+        -> zbus::Result<()>;
 }
 
 /// Connects to xlurmd; the error names the fix.
 pub async fn connect(user: bool) -> Result<SchedulerProxy<'static>> {
-    let conn = if user { zbus::Connection::session().await } else { zbus::Connection::system().await }
-        .map_err(|e| anyhow!("cannot reach the {} bus ({e}): is D-Bus running?", if user { "session" } else { "system" }))?;
+    let conn = if user {
+        zbus::Connection::session().await
+    } else {
+        zbus::Connection::system().await
+    }
+    .map_err(|e| {
+        anyhow!(
+            "cannot reach the {} bus ({e}): is D-Bus running?",
+            if user { "session" } else { "system" }
+        )
+    })?;
     let proxy = SchedulerProxy::new(&conn).await?;
     Ok(proxy)
 }
@@ -36,15 +46,20 @@ pub fn explain(e: zbus::Error, user: bool) -> anyhow::Error {
     if let zbus::Error::MethodError(name, msg, _) = &e {
         let text = msg.clone().unwrap_or_default();
         return match name.as_str() {
-            "org.freedesktop.DBus.Error.ServiceUnknown" | "org.freedesktop.DBus.Error.NameHasNoOwner" => {
+            "org.freedesktop.DBus.Error.ServiceUnknown"
+            | "org.freedesktop.DBus.Error.NameHasNoOwner" => {
                 if user {
-                    anyhow!("xlurmd is not running on your session bus: start it with `xlurmd --user`")
+                    anyhow!(
+                        "xlurmd is not running on your session bus: start it with `xlurmd --user`"
+                    )
                 } else {
                     anyhow!("xlurmd is not running: sudo systemctl start xlurmd")
                 }
             }
             "org.freedesktop.DBus.Error.UnknownMethod" => {
-                anyhow!("xlurmd is too old for this client ({text}): upgrade xlurm and restart xlurmd")
+                anyhow!(
+                    "xlurmd is too old for this client ({text}): upgrade xlurm and restart xlurmd"
+                )
             }
             n if n.starts_with("org.xlurm.Scheduler1.Error.") => {
                 anyhow!("{text}")
@@ -56,7 +71,9 @@ pub fn explain(e: zbus::Error, user: bool) -> anyhow::Error {
 }
 
 pub fn get<T: TryFrom<OwnedVariant>>(d: &Dict, key: &str) -> Option<T> {
-    d.get(key).and_then(|v| v.try_clone().ok()).and_then(|v| T::try_from(v).ok())
+    d.get(key)
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| T::try_from(v).ok())
 }
 
 pub fn get_str(d: &Dict, key: &str) -> String {

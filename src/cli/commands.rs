@@ -34,14 +34,28 @@ pub async fn main(cli: Cli) -> Result<i32> {
 pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path) -> Result<String> {
     if cmd.contains('/') {
         let p = std::path::Path::new(cmd);
-        return Ok(if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) }.display().to_string());
+        return Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        }
+        .display()
+        .to_string());
     }
-    for dir in path_var.unwrap_or("/usr/local/bin:/usr/bin:/bin").split(':').filter(|d| !d.is_empty()) {
+    for dir in path_var
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+        .filter(|d| !d.is_empty())
+    {
         let candidate = std::path::Path::new(dir).join(cmd);
         if let Ok(meta) = std::fs::metadata(&candidate) {
             use std::os::unix::fs::PermissionsExt;
             if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                let full = if candidate.is_absolute() { candidate } else { cwd.join(candidate) };
+                let full = if candidate.is_absolute() {
+                    candidate
+                } else {
+                    cwd.join(candidate)
+                };
                 return Ok(full.display().to_string());
             }
         }
@@ -80,10 +94,15 @@ fn spec_from(res: &ResourceArgs, mut argv: Vec<String>, script: Option<String>) 
         add(entry("cpus", c));
     }
     if let Some(m) = &res.mem {
-        add(entry("mem", parse_bytes(m).map_err(|e| anyhow!("--mem: {e}"))?));
+        add(entry(
+            "mem",
+            parse_bytes(m).map_err(|e| anyhow!("--mem: {e}"))?,
+        ));
     }
     let gpus = match (res.gpus, res.device_ids.len()) {
-        (Some(g), n) if n > 0 && g as usize != n => bail!("-g {g} does not match the {n} IDs given with -i"),
+        (Some(g), n) if n > 0 && g as usize != n => {
+            bail!("-g {g} does not match the {n} IDs given with -i")
+        }
         (Some(g), _) => g,
         (None, n) if n > 0 => n as u32,
         (None, _) => 0,
@@ -105,7 +124,10 @@ fn spec_from(res: &ResourceArgs, mut argv: Vec<String>, script: Option<String>) 
         add(entry("numa_local", true));
     }
     if let Some(t) = &res.time_limit {
-        add(entry("time_limit", parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?));
+        add(entry(
+            "time_limit",
+            parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?,
+        ));
     }
     Ok(d)
 }
@@ -137,7 +159,11 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         match state.as_str() {
             "PENDING" => {
                 if !said_waiting && t0.elapsed() > Duration::from_secs(1) {
-                    eprintln!("[{}] job {id}: Waiting for resources... {}", stamp(), get_str(&job, "reason"));
+                    eprintln!(
+                        "[{}] job {id}: Waiting for resources... {}",
+                        stamp(),
+                        get_str(&job, "reason")
+                    );
                     said_waiting = true;
                 }
             }
@@ -153,7 +179,9 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 }
                 let code = exit_code_of(&job);
                 let detail = get_str(&job, "detail");
-                if state != "COMPLETED" && state != "FAILED" || !detail.is_empty() && state == "FAILED" {
+                if state != "COMPLETED" && state != "FAILED"
+                    || !detail.is_empty() && state == "FAILED"
+                {
                     eprintln!("[{}] job {id}: {state}: {detail}", stamp());
                 } else {
                     eprintln!("[{}] job {id}: {state} (exit {code})", stamp());
@@ -226,7 +254,10 @@ fn slurm_time(v: &str) -> Option<String> {
         Some((d, r)) => (d.parse::<u64>().ok()?, r),
         None => (0, v),
     };
-    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
     let secs = match (days > 0, parts.as_slice()) {
         (false, [m]) => m * 60,
         (false, [m, s]) => m * 60 + s,
@@ -243,9 +274,12 @@ async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         (Some(w), None) => (format!("#!/bin/bash\n{w}\n"), Vec::new()),
         (Some(_), Some(_)) => bail!("give either --wrap 'COMMAND' or a script, not both"),
         (None, Some((path, rest))) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read batch script {path}"))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read batch script {path}"))?;
             if a.res.name.is_none() {
-                a.res.name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().to_string());
+                a.res.name = std::path::Path::new(path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string());
             }
             (text, rest.to_vec())
         }
@@ -260,9 +294,18 @@ async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
     let (id, info) = submit(&p, spec, user).await?;
-    let mem = get::<u64>(&info, "mem").map(format_bytes).unwrap_or_default();
+    let mem = get::<u64>(&info, "mem")
+        .map(format_bytes)
+        .unwrap_or_default();
     println!("Submitted batch job {id}");
-    eprintln!("memory budget {mem}{}", if get::<bool>(&info, "mem_default").unwrap_or(false) { " (default)" } else { "" });
+    eprintln!(
+        "memory budget {mem}{}",
+        if get::<bool>(&info, "mem_default").unwrap_or(false) {
+            " (default)"
+        } else {
+            ""
+        }
+    );
     Ok(0)
 }
 
@@ -292,7 +335,14 @@ fn local_time(usec: u64, with_year: bool) -> String {
     if !ok {
         return "-".into();
     }
-    let base = format!("{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    let base = format!(
+        "{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    );
     if with_year {
         format!("{}-{base}", tm.tm_year + 1900)
     } else {
@@ -328,7 +378,11 @@ fn dict_to_json(d: &Dict) -> serde_json::Value {
             serde_json::json!(x)
         } else if let Some(x) = get::<Vec<String>>(d, k) {
             serde_json::json!(x)
-        } else if let Some(x) = v.try_clone().ok().and_then(|v| Vec::<Dict>::try_from(v).ok()) {
+        } else if let Some(x) = v
+            .try_clone()
+            .ok()
+            .and_then(|v| Vec::<Dict>::try_from(v).ok())
+        {
             serde_json::Value::Array(x.iter().map(dict_to_json).collect())
         } else {
             serde_json::Value::Null
@@ -365,7 +419,16 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     let now = crate::daemon::service::now_usec();
     println!(
         "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
-        "ID", "USER", "NAME", "STATE", "DEVICES", "CPUS", "MEM", "START", "TIME", if a.all { "EXIT/REASON" } else { "REASON" }
+        "ID",
+        "USER",
+        "NAME",
+        "STATE",
+        "DEVICES",
+        "CPUS",
+        "MEM",
+        "START",
+        "TIME",
+        if a.all { "EXIT/REASON" } else { "REASON" }
     );
     for j in &jobs {
         let state = get_str(j, "state");
@@ -378,16 +441,23 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
             _ if start > 0 => end.saturating_sub(start),
             _ => 0,
         } / 1_000_000;
-        let devices = get::<String>(j, "devices").unwrap_or_else(|| get_str(j, "devices_requested"));
+        let devices =
+            get::<String>(j, "devices").unwrap_or_else(|| get_str(j, "devices_requested"));
         let mem = format!(
             "{}{}",
             format_bytes(get::<u64>(j, "mem").unwrap_or(0)),
-            if get::<bool>(j, "spread").unwrap_or(false) { "+" } else { "" }
+            if get::<bool>(j, "spread").unwrap_or(false) {
+                "+"
+            } else {
+                ""
+            }
         );
         let last = match state.as_str() {
             "PENDING" => get_str(j, "reason"),
             "RUNNING" => String::new(),
-            _ => get::<i32>(j, "exit_code").map(|c| c.to_string()).unwrap_or_default(),
+            _ => get::<i32>(j, "exit_code")
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
         };
         let name: String = get_str(j, "name").chars().take(16).collect();
         println!(
@@ -422,22 +492,37 @@ fn show_job(job: &Dict) {
         line("Command", argv.join(" "));
         line("WorkDir", get_str(job, "cwd"));
     }
-    line("Requested", format!(
-        "{} CPUs, {}, devices {}",
-        get::<u32>(job, "cpus").unwrap_or(0),
-        format_bytes(get::<u64>(job, "mem").unwrap_or(0)),
-        get_str(job, "devices_requested")
-    ));
+    line(
+        "Requested",
+        format!(
+            "{} CPUs, {}, devices {}",
+            get::<u32>(job, "cpus").unwrap_or(0),
+            format_bytes(get::<u64>(job, "mem").unwrap_or(0)),
+            get_str(job, "devices_requested")
+        ),
+    );
     if let Some(cpus) = get::<String>(job, "alloc_cpus") {
-        line("Allocated", format!(
-            "CPUs {cpus}, memory nodes {}, devices {}",
-            get_str(job, "alloc_mem_nodes"),
-            get_str(job, "devices")
-        ));
+        line(
+            "Allocated",
+            format!(
+                "CPUs {cpus}, memory nodes {}, devices {}",
+                get_str(job, "alloc_mem_nodes"),
+                get_str(job, "devices")
+            ),
+        );
     }
-    line("Submitted", local_time(get::<u64>(job, "submit_time").unwrap_or(0), true));
-    line("Started", local_time(get::<u64>(job, "start_time").unwrap_or(0), true));
-    line("Ended", local_time(get::<u64>(job, "end_time").unwrap_or(0), true));
+    line(
+        "Submitted",
+        local_time(get::<u64>(job, "submit_time").unwrap_or(0), true),
+    );
+    line(
+        "Started",
+        local_time(get::<u64>(job, "start_time").unwrap_or(0), true),
+    );
+    line(
+        "Ended",
+        local_time(get::<u64>(job, "end_time").unwrap_or(0), true),
+    );
     if let Some(c) = get::<i32>(job, "exit_code") {
         line("Exit code", c.to_string());
     }
@@ -453,7 +538,10 @@ fn show_job(job: &Dict) {
     }
     let unit = get_str(job, "unit");
     line("Unit", unit.clone());
-    line("See", format!("systemctl status {unit}; journalctl -u {unit}"));
+    line(
+        "See",
+        format!("systemctl status {unit}; journalctl -u {unit}"),
+    );
 }
 
 async fn info(a: InfoArgs, user: bool) -> Result<i32> {
@@ -470,8 +558,15 @@ async fn info(a: InfoArgs, user: bool) -> Result<i32> {
         get::<u32>(&m, "pending").unwrap_or(0),
         get::<u32>(&m, "running").unwrap_or(0)
     );
-    let nodes: Vec<Dict> = m.get("nodes").and_then(|v| v.try_clone().ok()).and_then(|v| Vec::<Dict>::try_from(v).ok()).unwrap_or_default();
-    println!("{:<6} {:<16} {:<16} {:>10} {:>10}", "NODE", "CPUS", "FREE", "MEM", "MEM FREE");
+    let nodes: Vec<Dict> = m
+        .get("nodes")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<Dict>::try_from(v).ok())
+        .unwrap_or_default();
+    println!(
+        "{:<6} {:<16} {:<16} {:>10} {:>10}",
+        "NODE", "CPUS", "FREE", "MEM", "MEM FREE"
+    );
     for n in &nodes {
         println!(
             "{:<6} {:<16} {:<16} {:>10} {:>10}",
@@ -482,17 +577,32 @@ async fn info(a: InfoArgs, user: bool) -> Result<i32> {
             format_bytes(get::<u64>(n, "mem_free").unwrap_or(0))
         );
     }
-    let devices: Vec<Dict> = m.get("devices").and_then(|v| v.try_clone().ok()).and_then(|v| Vec::<Dict>::try_from(v).ok()).unwrap_or_default();
+    let devices: Vec<Dict> = m
+        .get("devices")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<Dict>::try_from(v).ok())
+        .unwrap_or_default();
     if devices.is_empty() {
         println!("no accelerators");
     }
     for d in &devices {
         let job = get::<u64>(d, "job").unwrap_or(0);
-        let mut state = if get::<bool>(d, "disabled").unwrap_or(false) { "disabled".to_string() } else { get_str(d, "health") };
+        let mut state = if get::<bool>(d, "disabled").unwrap_or(false) {
+            "disabled".to_string()
+        } else {
+            get_str(d, "health")
+        };
         if job > 0 {
             state = format!("{state}, job {job}");
         }
-        println!("{}:{} {} node {} {}", get_str(d, "vendor"), get::<u32>(d, "index").unwrap_or(0), get_str(d, "uuid"), get::<i32>(d, "numa_node").unwrap_or(-1), state);
+        println!(
+            "{}:{} {} node {} {}",
+            get_str(d, "vendor"),
+            get::<u32>(d, "index").unwrap_or(0),
+            get_str(d, "uuid"),
+            get::<i32>(d, "numa_node").unwrap_or(-1),
+            state
+        );
         let err = get_str(d, "monitoring_error");
         if !err.is_empty() {
             println!("    {err}");
@@ -508,7 +618,10 @@ mod tests {
     #[test]
     fn sbatch_lines_fill_in_under_command_line_options() {
         let script = "#!/bin/bash\n#SBATCH --gres=gpu:2\n#SBATCH --cpus-per-task=4 --mem=8G\n#SBATCH --time=1-02:00:00\n#SBATCH --job-name=train\n#SBATCH --partition=gpu\n#SBATCH --exclusive\necho hi\n#SBATCH --gpus=7\n";
-        let mut res = ResourceArgs { cpus: Some(2), ..Default::default() };
+        let mut res = ResourceArgs {
+            cpus: Some(2),
+            ..Default::default()
+        };
         let unsupported = apply_sbatch(script, &mut res);
         assert_eq!(res.gpus, Some(2));
         assert_eq!(res.cpus, Some(2), "command line wins");
@@ -538,8 +651,14 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = dir.path().display().to_string();
-        assert_eq!(resolve_command("tool", Some(&path), dir.path()).unwrap(), exe.display().to_string());
+        assert_eq!(
+            resolve_command("tool", Some(&path), dir.path()).unwrap(),
+            exe.display().to_string()
+        );
         assert!(resolve_command("nope-xyz", Some(&path), dir.path()).is_err());
-        assert_eq!(resolve_command("./a/b", None, std::path::Path::new("/w")).unwrap(), "/w/./a/b");
+        assert_eq!(
+            resolve_command("./a/b", None, std::path::Path::new("/w")).unwrap(),
+            "/w/./a/b"
+        );
     }
 }

@@ -7,7 +7,11 @@ pub mod commands;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "xlurm", version, about = "Submit and watch jobs on this machine's xlurm scheduler")]
+#[command(
+    name = "xlurm",
+    version,
+    about = "Submit and watch jobs on this machine's xlurm scheduler"
+)]
 pub struct Cli {
     /// Talk to a --user daemon on the session bus (also XLURM_USER_BUS=1).
     #[arg(long, global = true, env = "XLURM_USER_BUS")]
@@ -146,35 +150,59 @@ mod tests {
 
     #[test]
     fn xrun_passes_everything_after_the_command_unchanged() {
-        let Command::Run(a) = parse(&["xrun", "-g", "0", "-c", "2", "python", "train.py", "-g", "4", "--lr=1"]).command else {
+        let Command::Run(a) = parse(&[
+            "xrun", "-g", "0", "-c", "2", "python", "train.py", "-g", "4", "--lr=1",
+        ])
+        .command
+        else {
             panic!("not run")
         };
         assert_eq!(a.res.gpus, Some(0));
         assert_eq!(a.res.cpus, Some(2));
         assert_eq!(a.command, vec!["python", "train.py", "-g", "4", "--lr=1"]);
-        let Command::Run(a) = parse(&["/usr/bin/xrun", "--", "ls", "-l"]).command else { panic!() };
+        let Command::Run(a) = parse(&["/usr/bin/xrun", "--", "ls", "-l"]).command else {
+            panic!()
+        };
         assert_eq!(a.command, vec!["ls", "-l"]);
     }
 
     #[test]
     fn device_options_parse_all_forms() {
-        let Command::Run(a) = parse(&["xlurm", "run", "-i", "0,2", "--device", "nvidia", "-x", "3", "-m", "64G", "-t", "1h30m", "true"]).command else {
+        let Command::Run(a) = parse(&[
+            "xlurm", "run", "-i", "0,2", "--device", "nvidia", "-x", "3", "-m", "64G", "-t",
+            "1h30m", "true",
+        ])
+        .command
+        else {
             panic!()
         };
         assert_eq!(a.res.device_ids, vec![0, 2]);
         assert_eq!(a.res.exclude_device_ids, vec![3]);
         assert_eq!(a.res.vendor.as_deref(), Some("nvidia"));
         assert_eq!(a.res.mem.as_deref(), Some("64G"));
-        let Command::Run(a) = parse(&["xrun", "--devices", "2", "true"]).command else { panic!() };
+        let Command::Run(a) = parse(&["xrun", "--devices", "2", "true"]).command else {
+            panic!()
+        };
         assert_eq!(a.res.gpus, Some(2));
     }
 
     #[test]
     fn other_names_map_to_subcommands() {
-        assert!(matches!(parse(&["xqueue", "--all"]).command, Command::Queue(QueueArgs { all: true, .. })));
-        assert!(matches!(parse(&["xcancel", "3", "4"]).command, Command::Cancel(CancelArgs { ref ids }) if ids == &[3, 4]));
+        assert!(matches!(
+            parse(&["xqueue", "--all"]).command,
+            Command::Queue(QueueArgs { all: true, .. })
+        ));
+        assert!(
+            matches!(parse(&["xcancel", "3", "4"]).command, Command::Cancel(CancelArgs { ref ids }) if ids == &[3, 4])
+        );
         assert!(matches!(parse(&["xinfo"]).command, Command::Info(_)));
-        assert!(matches!(parse(&["xbatch", "--wrap", "echo hi"]).command, Command::Batch(BatchArgs { wrap: Some(_), .. })));
-        assert!(Cli::try_parse_from(["xlurm", "run"]).is_err(), "run needs a command");
+        assert!(matches!(
+            parse(&["xbatch", "--wrap", "echo hi"]).command,
+            Command::Batch(BatchArgs { wrap: Some(_), .. })
+        ));
+        assert!(
+            Cli::try_parse_from(["xlurm", "run"]).is_err(),
+            "run needs a command"
+        );
     }
 }

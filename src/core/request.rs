@@ -377,18 +377,24 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
                 'M' => 1 << 20,
                 'G' => 1 << 30,
                 'T' => 1 << 40,
-                _ => return Err(format!("invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)")),
+                _ => {
+                    return Err(format!(
+                        "invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)"
+                    ))
+                }
             };
             (&t[..i], m)
         }
         _ => (t, 1),
     };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)"))?;
+    let value: f64 = num.parse().map_err(|_| {
+        format!("invalid size {text:?}: use a number with K, M, G or T (e.g. 64G, 512M)")
+    })?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
-        return Err(format!("invalid size {text:?}: must be at least 1 byte and below 16E"));
+        return Err(format!(
+            "invalid size {text:?}: must be at least 1 byte and below 16E"
+        ));
     }
     Ok(bytes as u64)
 }
@@ -399,11 +405,15 @@ pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
     let secs = match t.parse::<u64>() {
         Ok(s) => s,
         Err(_) => humantime::parse_duration(t)
-            .map_err(|e| format!("invalid duration {text:?} ({e}): use seconds or e.g. 45m, 2h, 1h30m"))?
+            .map_err(|e| {
+                format!("invalid duration {text:?} ({e}): use seconds or e.g. 45m, 2h, 1h30m")
+            })?
             .as_secs(),
     };
     if secs == 0 {
-        return Err(format!("invalid duration {text:?}: must be at least 1 second"));
+        return Err(format!(
+            "invalid duration {text:?}: must be at least 1 second"
+        ));
     }
     Ok(secs)
 }

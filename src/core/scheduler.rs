@@ -10,7 +10,7 @@
 //! stored per job; [`Scheduler::reason`] derives one on demand from the state
 //! the last pass left.
 
-use super::alloc::{place, Allocation};
+use super::alloc::{place, Allocation, Room};
 use super::books::{Avail, Books};
 use super::device::{Health, Vendor};
 use super::machine::Machine;
@@ -19,6 +19,7 @@ use super::reason::Reason;
 use super::request::{validate, Demand, Limits, Request, RequestError};
 use super::JobId;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// A job that holds resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,20 +59,76 @@ pub struct Scheduler {
     limits: Limits,
     budget: Option<Budget>,
     last: PassInfo,
+    /// How many running jobs hold the whole machine.
+    exclusive: usize,
 }
 
-/// The shape of a demand, for remembering failures within a pass. Demands with
-/// exact or excluded IDs are never cached.
+/// The shape of a demand: everything placement looks at, plus whether it is
+/// short (ends before strict-backfill's reservation), for remembering failures
+/// within a pass.
 #[derive(Hash, PartialEq, Eq)]
-struct Shape {
+struct Shape<'a> {
     cpus: u32,
     mem: u64,
     count: u32,
     vendor: Option<Vendor>,
+    ids: &'a [u32],
+    exclude: &'a [u32],
     exclusive: bool,
     numa_local: bool,
     short: bool,
 }
+
+impl<'a> Shape<'a> {
+    fn of(d: &'a Demand, short: bool) -> Shape<'a> {
+        Shape {
+            cpus: d.cpus,
+            mem: d.mem_bytes,
+            count: d.devices.count,
+            vendor: d.devices.vendor,
+            ids: &d.devices.ids,
+            exclude: &d.devices.exclude,
+            exclusive: d.exclusive,
+            numa_local: d.numa_local,
+            short,
+        }
+    }
+}
+
+/// FxHash (rustc's hasher): the failure set is keyed by small integers
+/// from one process, so it needs speed, not flooding resistance.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FastHash = BuildHasherDefault<FxHasher>;
 
 impl Scheduler {
     pub fn new(machine: Machine, policy: Policy, limits: Limits) -> Scheduler {
@@ -85,6 +142,7 @@ impl Scheduler {
             limits,
             budget: None,
             last: PassInfo::default(),
+            exclusive: 0,
         }
     }
 
@@ -159,13 +217,27 @@ impl Scheduler {
     /// Records a job that already holds `alloc` (one re-adopted after a restart).
     pub fn adopt(&mut self, id: JobId, alloc: Allocation, deadline: u64) {
         self.books.charge(&self.machine, id, &alloc);
-        self.running.insert(id, Running { alloc, deadline });
+        if alloc.exclusive {
+            self.exclusive += 1;
+        }
+        if let Some(old) = self.running.insert(id, Running { alloc, deadline }) {
+            // Adopted twice: the books now hold the new allocation only.
+            self.books.release(&self.machine, id, &old.alloc);
+            self.books
+                .charge(&self.machine, id, &self.running[&id].alloc);
+            if old.alloc.exclusive {
+                self.exclusive -= 1;
+            }
+        }
     }
 
     /// Releases a running job's resources.
     pub fn finish(&mut self, id: JobId) -> Option<Allocation> {
         let r = self.running.remove(&id)?;
         self.books.release(&self.machine, id, &r.alloc);
+        if r.alloc.exclusive {
+            self.exclusive -= 1;
+        }
         Some(r.alloc)
     }
 
@@ -233,7 +305,7 @@ impl Scheduler {
     }
 
     fn exclusive_running(&self) -> bool {
-        self.running.values().any(|r| r.alloc.exclusive)
+        self.exclusive > 0
     }
 
     /// One scheduling pass at time `now`: the jobs to start and their
@@ -241,46 +313,57 @@ impl Scheduler {
     pub fn schedule(&mut self, now: u64) -> Vec<(JobId, Allocation)> {
         let mut starts: Vec<(JobId, Allocation)> = Vec::new();
         let mut head: Option<JobId> = None;
-        // What jobs after the head may use (backfill policies).
-        let mut view: Option<Avail> = None;
-        let mut shadow: Option<u64> = None;
-        let mut failed: HashSet<Shape> = HashSet::new();
-        let max_running = self.limits.max_running as usize;
+        // What jobs after the head may use (backfill policies), and summaries
+        // of it and of the free resources for the quick fit test.
+        let mut view: Option<(Avail, Room)> = None;
         let machine = &self.machine;
+        let mut free_room = Room::of(&self.books.free, machine);
+        let mut shadow: Option<u64> = None;
+        let mut failed: HashSet<Shape, FastHash> = HashSet::default();
+        let max_running = self.limits.max_running as usize;
         // Whether the pass stopped before it could tell which job blocks.
         let mut stopped_early = false;
         for (&(_, id), demand) in &self.queue {
-            if self.running.len() >= max_running || self.books.free.cpus.is_empty() {
+            if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
                 break;
             }
+            // Short jobs under strict-backfill may use everything free; other
+            // jobs after the head only the view.
             let short = shadow.is_some_and(|s| now.saturating_add(demand.time_limit_secs) <= s);
-            let cacheable = demand.devices.ids.is_empty() && demand.devices.exclude.is_empty();
-            let shape = Shape {
-                cpus: demand.cpus,
-                mem: demand.mem_bytes,
-                count: demand.devices.count,
-                vendor: demand.devices.vendor,
-                exclusive: demand.exclusive,
-                numa_local: demand.numa_local,
-                short,
+            let (avail, room) = match &view {
+                Some((v, r)) if !short => (v, r),
+                _ => (&self.books.free, &free_room),
             };
-            if cacheable && failed.contains(&shape) {
+            if head.is_some() {
+                // Nothing can start in an empty view (strict-backfill's short
+                // jobs still may use what is free).
+                if room.cpus() == 0 && self.policy != Policy::StrictBackfill {
+                    break;
+                }
+                // After the head every failure only means "skip", so a job
+                // that certainly does not fit needs no placement.
+                if !room.may_fit(demand) {
+                    continue;
+                }
+            }
+            let shape = Shape::of(demand, short);
+            if failed.contains(&shape) {
                 continue;
             }
-            // Short jobs under strict-backfill may use everything free.
-            let avail = match (&view, short) {
-                (Some(v), false) => v,
-                _ => &self.books.free,
-            };
             match place(demand, machine, avail) {
                 Ok(alloc) => {
                     self.books.charge(machine, id, &alloc);
-                    if let Some(v) = view.as_mut() {
+                    free_room = Room::of(&self.books.free, machine);
+                    if let Some((v, r)) = view.as_mut() {
                         v.take(machine, &alloc);
+                        *r = Room::of(v, machine);
                     }
                     if let Some(b) = self.budget.as_mut() {
                         b.avail.take(machine, &alloc);
+                    }
+                    if alloc.exclusive {
+                        self.exclusive += 1;
                     }
                     let deadline = now.saturating_add(demand.time_limit_secs);
                     self.running.insert(
@@ -292,11 +375,21 @@ impl Scheduler {
                     );
                     starts.push((id, alloc));
                 }
-                // A job waiting on devices that are busy outside xlurm, unknown
-                // or disabled holds nothing back: freeing resources would not
-                // help it, so it does not become the head.
-                Err(Reason::DevicesBusy | Reason::DevicesUnknown | Reason::DevicesDisabled) => {}
-                Err(_) if head.is_none() => {
+                Err(reason) => {
+                    // Free resources only shrink during a pass, so this shape
+                    // keeps failing, and for the same reason before the head
+                    // (the device counts behind a device reason do not change).
+                    failed.insert(shape);
+                    // A job waiting on devices that are busy outside xlurm,
+                    // unknown or disabled holds nothing back: freeing resources
+                    // would not help it, so it does not become the head.
+                    let devices = matches!(
+                        reason,
+                        Reason::DevicesBusy | Reason::DevicesUnknown | Reason::DevicesDisabled
+                    );
+                    if devices || head.is_some() {
+                        continue;
+                    }
                     head = Some(id);
                     match self.policy {
                         Policy::FifoStrict => break,
@@ -310,7 +403,8 @@ impl Scheduler {
                                 head: id,
                                 avail: budget.clone(),
                             });
-                            view = Some(budget);
+                            let room = Room::of(&budget, machine);
+                            view = Some((budget, room));
                         }
                         Policy::StrictBackfill => {
                             let (time, plan) =
@@ -320,18 +414,9 @@ impl Scheduler {
                                 long_view.take(machine, plan);
                             }
                             shadow = Some(time);
-                            view = Some(long_view);
+                            let room = Room::of(&long_view, machine);
+                            view = Some((long_view, room));
                         }
-                    }
-                }
-                Err(_) => {
-                    if cacheable {
-                        failed.insert(shape);
-                    }
-                    if view.as_ref().is_some_and(|v| v.cpus.is_empty())
-                        && self.policy != Policy::StrictBackfill
-                    {
-                        break;
                     }
                 }
             }
@@ -400,6 +485,9 @@ fn reserve_for_head(
         while i < ends.len() && ends[i].0 == t {
             sim.give(machine, &running[&ends[i].1].alloc);
             i += 1;
+        }
+        if !Room::of(&sim, machine).may_fit(head) {
+            continue;
         }
         if let Ok(plan) = place(head, machine, &sim) {
             return (t, Some(plan));

@@ -81,7 +81,11 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "numa_local", job.demand.numa_local);
     put(&mut m, "devices_requested", devices_requested(job));
     if let Some(a) = &job.alloc {
-        put(&mut m, "devices", devices_allocated(job).unwrap_or_default());
+        put(
+            &mut m,
+            "devices",
+            devices_allocated(job).unwrap_or_default(),
+        );
         put(&mut m, "alloc_cpus", a.cpus.to_list());
         put(&mut m, "alloc_mem_nodes", a.mem_nodes.to_list());
         put(&mut m, "spread", a.spread);
@@ -146,9 +150,13 @@ impl SchedulerApi {
         let authority = AuthorityProxy::new(conn)
             .await
             .map_err(|e| ApiError::Failed(format!("polkit is not reachable: {e}")))?;
-        let subject = Subject::new_for_message_header(hdr)
-            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller for polkit: {e}")))?;
-        let interactive = hdr.primary().flags().contains(zbus::message::Flags::ALLOW_INTERACTIVE_AUTH);
+        let subject = Subject::new_for_message_header(hdr).map_err(|e| {
+            ApiError::PermissionDenied(format!("cannot identify the caller for polkit: {e}"))
+        })?;
+        let interactive = hdr
+            .primary()
+            .flags()
+            .contains(zbus::message::Flags::ALLOW_INTERACTIVE_AUTH);
         let flags = if interactive {
             CheckAuthorizationFlags::ALLOW_USER_INTERACTION
         } else {
@@ -161,7 +169,12 @@ impl SchedulerApi {
         Ok(r.is_authorized)
     }
 
-    async fn require_admin(&self, conn: &Connection, hdr: &Header<'_>, what: &str) -> ApiResult<u32> {
+    async fn require_admin(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        what: &str,
+    ) -> ApiResult<u32> {
         let uid = self.caller(conn, hdr).await?;
         if self.authorized(conn, hdr, uid).await? {
             Ok(uid)
@@ -202,13 +215,24 @@ impl SchedulerApi {
     ) -> Result<Vec<u64>, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         if specs.len() > 100_000 {
-            return Err(ApiError::InvalidArgs("at most 100000 specs per call".into()));
+            return Err(ApiError::InvalidArgs(
+                "at most 100000 specs per call".into(),
+            ));
         }
         let mut parsed = Vec::with_capacity(specs.len());
         for (i, s) in specs.iter().enumerate() {
-            parsed.push(spec::parse(s).map_err(|e| ApiError::InvalidArgs(format!("job {}: {}", i + 1, e.0)))?);
+            parsed.push(
+                spec::parse(s)
+                    .map_err(|e| ApiError::InvalidArgs(format!("job {}: {}", i + 1, e.0)))?,
+            );
         }
-        Ok(self.daemon.submit(uid, parsed).await?.into_iter().map(|s| s.id).collect())
+        Ok(self
+            .daemon
+            .submit(uid, parsed)
+            .await?
+            .into_iter()
+            .map(|s| s.id)
+            .collect())
     }
 
     /// Cancels a job: the owner's, or anyone's with the admin authorization.
@@ -239,10 +263,17 @@ impl SchedulerApi {
     ) -> Result<Dict, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         let st = self.daemon.state.lock().await;
-        let job = st.jobs.get(&id).ok_or_else(|| ApiError::NoSuchJob(format!("no job {id} (finished jobs are kept for a while, then cleaned)")))?;
+        let job = st.jobs.get(&id).ok_or_else(|| {
+            ApiError::NoSuchJob(format!(
+                "no job {id} (finished jobs are kept for a while, then cleaned)"
+            ))
+        })?;
         let own = Daemon::owns(uid, job);
         if !own && !self.daemon.settings.list_is_public {
-            return Err(ApiError::PermissionDenied(format!("job {id} belongs to {}", job.user)));
+            return Err(ApiError::PermissionDenied(format!(
+                "job {id} belongs to {}",
+                job.user
+            )));
         }
         let reason = st.sched.reason(id).map(|r| r.to_string());
         Ok(job_dict(job, reason, own))
@@ -261,34 +292,54 @@ impl SchedulerApi {
         let get_b = |k: &str| -> Result<bool, ApiError> {
             match filter.get(k) {
                 None => Ok(false),
-                Some(v) => bool::try_from(v).map_err(|_| ApiError::InvalidArgs(format!("filter key {k:?} must have type b"))),
+                Some(v) => bool::try_from(v).map_err(|_| {
+                    ApiError::InvalidArgs(format!("filter key {k:?} must have type b"))
+                }),
             }
         };
         for k in filter.keys() {
             if !["all_users", "states", "limit", "finished"].contains(&k.as_str()) {
-                return Err(ApiError::InvalidArgs(format!("unknown filter key {k:?} (valid: all_users, states, limit, finished)")));
+                return Err(ApiError::InvalidArgs(format!(
+                    "unknown filter key {k:?} (valid: all_users, states, limit, finished)"
+                )));
             }
         }
         let all_users = get_b("all_users")?;
         let finished = get_b("finished")?;
         let limit = match filter.get("limit") {
             None => usize::MAX,
-            Some(v) => u32::try_from(v).map_err(|_| ApiError::InvalidArgs("filter key \"limit\" must have type u".into()))? as usize,
+            Some(v) => u32::try_from(v).map_err(|_| {
+                ApiError::InvalidArgs("filter key \"limit\" must have type u".into())
+            })? as usize,
         };
         let states: Option<Vec<JobState>> = match filter.get("states") {
             None => None,
             Some(v) => {
-                let names: Vec<String> = v.try_clone().ok().and_then(|v| Vec::<String>::try_from(v).ok())
-                    .ok_or_else(|| ApiError::InvalidArgs("filter key \"states\" must have type as".into()))?;
+                let names: Vec<String> = v
+                    .try_clone()
+                    .ok()
+                    .and_then(|v| Vec::<String>::try_from(v).ok())
+                    .ok_or_else(|| {
+                        ApiError::InvalidArgs("filter key \"states\" must have type as".into())
+                    })?;
                 let mut out = Vec::new();
                 for n in names {
-                    out.push(JobState::parse(&n).ok_or_else(|| ApiError::InvalidArgs(format!("unknown state {n:?}")))?);
+                    out.push(
+                        JobState::parse(&n)
+                            .ok_or_else(|| ApiError::InvalidArgs(format!("unknown state {n:?}")))?,
+                    );
                 }
                 Some(out)
             }
         };
-        if all_users && !self.daemon.settings.list_is_public && uid != 0 && !self.authorized(conn, &hdr, uid).await? {
-            return Err(ApiError::PermissionDenied("the queue of other users is private here (admin option --list-is-public)".into()));
+        if all_users
+            && !self.daemon.settings.list_is_public
+            && uid != 0
+            && !self.authorized(conn, &hdr, uid).await?
+        {
+            return Err(ApiError::PermissionDenied(
+                "the queue of other users is private here (admin option --list-is-public)".into(),
+            ));
         }
         let st = self.daemon.state.lock().await;
         let keep = |j: &&Job| {
@@ -305,7 +356,9 @@ impl SchedulerApi {
             .filter(keep)
             .take(limit)
             .map(|j| {
-                let reason = (j.state == JobState::Pending).then(|| st.sched.reason(j.id).map(|r| r.to_string())).flatten();
+                let reason = (j.state == JobState::Pending)
+                    .then(|| st.sched.reason(j.id).map(|r| r.to_string()))
+                    .flatten();
                 job_dict(j, reason, false)
             })
             .collect();
@@ -328,7 +381,11 @@ impl SchedulerApi {
                 let mut d = Dict::new();
                 put(&mut d, "id", n.id);
                 put(&mut d, "cpus", n.cpus.to_list());
-                put(&mut d, "cpus_free", free.cpus.intersection(&n.cpus).to_list());
+                put(
+                    &mut d,
+                    "cpus_free",
+                    free.cpus.intersection(&n.cpus).to_list(),
+                );
                 put(&mut d, "mem", n.mem_bytes);
                 put(&mut d, "mem_free", free.mem.get(i).copied().unwrap_or(0));
                 d
@@ -347,9 +404,15 @@ impl SchedulerApi {
                 put(&mut d, "disabled", dev.disabled);
                 let (health, err) = match &dev.health {
                     crate::core::Health::Ok => ("ok".to_string(), String::new()),
-                    crate::core::Health::Busy { processes } => ("busy".to_string(), format!("{processes} outside processes")),
-                    crate::core::Health::Unknown { error } => ("unknown".to_string(), error.clone()),
-                    crate::core::Health::Unhealthy { error } => ("unhealthy".to_string(), error.clone()),
+                    crate::core::Health::Busy { processes } => {
+                        ("busy".to_string(), format!("{processes} outside processes"))
+                    }
+                    crate::core::Health::Unknown { error } => {
+                        ("unknown".to_string(), error.clone())
+                    }
+                    crate::core::Health::Unhealthy { error } => {
+                        ("unhealthy".to_string(), error.clone())
+                    }
                 };
                 put(&mut d, "health", health);
                 put(&mut d, "monitoring_error", err);
@@ -362,7 +425,11 @@ impl SchedulerApi {
         put(&mut out, "devices", devices);
         put(&mut out, "policy", st.sched.policy().name());
         put(&mut out, "max_running", st.sched.limits().max_running);
-        put(&mut out, "max_lifetime", st.sched.limits().max_lifetime_secs);
+        put(
+            &mut out,
+            "max_lifetime",
+            st.sched.limits().max_lifetime_secs,
+        );
         put(&mut out, "min_job_mem", st.sched.limits().min_job_mem);
         let (pending, running) = st.counts();
         put(&mut out, "pending", pending as u32);
@@ -378,8 +445,13 @@ impl SchedulerApi {
         #[zbus(signal_emitter)] em: SignalEmitter<'_>,
         policy: &str,
     ) -> Result<(), ApiError> {
-        let p: Policy = policy.parse().map_err(|e: crate::core::policy::UnknownPolicy| ApiError::InvalidArgs(e.to_string()))?;
-        self.require_admin(conn, &hdr, "changing the policy").await?;
+        let p: Policy = policy
+            .parse()
+            .map_err(|e: crate::core::policy::UnknownPolicy| {
+                ApiError::InvalidArgs(e.to_string())
+            })?;
+        self.require_admin(conn, &hdr, "changing the policy")
+            .await?;
         self.daemon.state.lock().await.sched.set_policy(p);
         tracing::info!("policy set to {p}");
         let _ = self.policy_changed(&em).await;
@@ -396,9 +468,12 @@ impl SchedulerApi {
         max_running: u32,
     ) -> Result<(), ApiError> {
         if max_running == 0 {
-            return Err(ApiError::InvalidArgs("max_running must be at least 1".into()));
+            return Err(ApiError::InvalidArgs(
+                "max_running must be at least 1".into(),
+            ));
         }
-        self.require_admin(conn, &hdr, "changing max-running").await?;
+        self.require_admin(conn, &hdr, "changing max-running")
+            .await?;
         {
             let mut st = self.daemon.state.lock().await;
             let mut limits = st.sched.limits().clone();
@@ -420,11 +495,16 @@ impl SchedulerApi {
         ids: Vec<u32>,
         disabled: bool,
     ) -> Result<(), ApiError> {
-        let v: Vendor = vendor.parse().map_err(|e: crate::core::device::UnknownVendor| ApiError::InvalidArgs(e.to_string()))?;
+        let v: Vendor = vendor
+            .parse()
+            .map_err(|e: crate::core::device::UnknownVendor| {
+                ApiError::InvalidArgs(e.to_string())
+            })?;
         if ids.is_empty() {
             return Err(ApiError::InvalidArgs("give at least one device ID".into()));
         }
-        self.require_admin(conn, &hdr, "excluding or including devices").await?;
+        self.require_admin(conn, &hdr, "excluding or including devices")
+            .await?;
         self.daemon
             .state
             .lock()
@@ -438,7 +518,11 @@ impl SchedulerApi {
 
     /// Emitted when a job enters a new state.
     #[zbus(signal)]
-    pub async fn job_state_changed(em: &SignalEmitter<'_>, id: u64, state: &str) -> zbus::Result<()>;
+    pub async fn job_state_changed(
+        em: &SignalEmitter<'_>,
+        id: u64,
+        state: &str,
+    ) -> zbus::Result<()>;
 
     #[zbus(property)]
     async fn version(&self) -> String {
@@ -447,7 +531,14 @@ impl SchedulerApi {
 
     #[zbus(property)]
     async fn policy(&self) -> String {
-        self.daemon.state.lock().await.sched.policy().name().to_string()
+        self.daemon
+            .state
+            .lock()
+            .await
+            .sched
+            .policy()
+            .name()
+            .to_string()
     }
 
     #[zbus(property)]

@@ -3,9 +3,9 @@
 pub mod api;
 pub mod error;
 pub mod job;
-pub mod service;
 pub mod outcome;
 pub mod run;
+pub mod service;
 pub mod spec;
 pub mod store;
 pub mod systemd;

@@ -35,6 +35,7 @@ impl UnitStatus {
 }
 
 /// The name systemd gives its own launch failure statuses (200-243).
+#[allow(clippy::match_overlapping_arm)]
 pub fn launch_failure_name(status: i32) -> Option<&'static str> {
     Some(match status {
         200 => "CHDIR: cannot change to the working directory",
@@ -69,7 +70,7 @@ pub fn launch_failure_name(status: i32) -> Option<&'static str> {
         238 => "STATE_DIRECTORY",
         242 => "NUMA_POLICY",
         243 => "CREDENTIALS: the batch script snapshot could not be passed",
-        200..=243 => "systemd could not set up the job",
+        201..=243 => "systemd could not set up the job",
         _ => return None,
     })
 }

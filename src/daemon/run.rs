@@ -17,7 +17,11 @@ pub const EX_CONFIG: i32 = 78;
 
 /// xlurmd's options: set them in the unit's ExecStart or a drop-in.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "xlurmd", version, about = "The xlurm scheduler daemon (org.xlurm.Scheduler1)")]
+#[command(
+    name = "xlurmd",
+    version,
+    about = "The xlurm scheduler daemon (org.xlurm.Scheduler1)"
+)]
 pub struct Options {
     /// Run on the session bus with the user's own systemd manager (development).
     #[arg(long)]
@@ -58,6 +62,57 @@ pub struct Options {
     /// The slice jobs run in.
     #[arg(long, default_value = "xlurm.slice")]
     pub slice: String,
+    /// Accelerator backends: auto (every vendor whose library loads), none, or one vendor
+    /// (nv|asc|mtt|mx|ppu|hcu; then a discovery error stops the daemon).
+    #[arg(long, default_value = "auto")]
+    pub backends: String,
+    /// Devices never given to jobs, e.g. `1,3` or `nv:1,3` (`xlurm include` re-enables live).
+    #[arg(long)]
+    pub exclude_device_ids: Option<String>,
+}
+
+/// Parses `[VENDOR:]ID[,ID...]`; without a vendor, the machine's only vendor.
+pub fn parse_device_list(
+    text: &str,
+    machine: &Machine,
+) -> Result<(crate::core::Vendor, Vec<u32>), String> {
+    let (vendor, ids) = match text.split_once(':') {
+        Some((v, ids)) => (
+            Some(
+                v.parse::<crate::core::Vendor>()
+                    .map_err(|e| e.to_string())?,
+            ),
+            ids,
+        ),
+        None => (None, text),
+    };
+    let vendor = match vendor {
+        Some(v) => v,
+        None => {
+            let mut vendors: Vec<crate::core::Vendor> =
+                machine.devices.iter().map(|d| d.vendor).collect();
+            vendors.dedup();
+            match vendors[..] {
+                [v] => v,
+                [] => return Err("this machine has no accelerators".into()),
+                _ => {
+                    return Err(format!(
+                        "several vendors here ({}): name one, e.g. nv:1,3",
+                        machine.vendor_summary()
+                    ))
+                }
+            }
+        }
+    };
+    let ids = ids
+        .split(',')
+        .map(|i| {
+            i.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{i:?} is not a device ID"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((vendor, ids))
 }
 
 /// A refusal: a message and exit status 78.
@@ -74,20 +129,29 @@ fn init_logging() {
         .is_some()
         .then(|| tracing_journald::layer().ok())
         .flatten();
-    let registry = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+    let registry =
+        tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
     match journal {
         Some(j) => registry.with(j).init(),
-        None => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init(),
+        None => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
     }
 }
 
 fn limits(o: &Options) -> Result<Limits, Refusal> {
-    let max_lifetime_secs = parse_duration_secs(&o.max_lifetime).map_err(|e| Refusal(format!("--max-lifetime: {e}")))?;
-    let min_job_mem = parse_bytes(&o.min_job_mem).map_err(|e| Refusal(format!("--min-job-mem: {e}")))?;
+    let max_lifetime_secs = parse_duration_secs(&o.max_lifetime)
+        .map_err(|e| Refusal(format!("--max-lifetime: {e}")))?;
+    let min_job_mem =
+        parse_bytes(&o.min_job_mem).map_err(|e| Refusal(format!("--min-job-mem: {e}")))?;
     if o.max_running == 0 {
         return refuse("--max-running must be at least 1");
     }
-    Ok(Limits { max_running: o.max_running, max_lifetime_secs, min_job_mem })
+    Ok(Limits {
+        max_running: o.max_running,
+        max_lifetime_secs,
+        min_job_mem,
+    })
 }
 
 /// Runs the daemon until SIGTERM. Returns the process exit status.
@@ -104,11 +168,16 @@ pub async fn main(o: Options) -> i32 {
 }
 
 async fn run(o: Options) -> Result<(), Refusal> {
-    let policy: Policy = o.policy.parse().map_err(|e| Refusal(format!("--policy: {e}")))?;
+    let policy: Policy = o
+        .policy
+        .parse()
+        .map_err(|e| Refusal(format!("--policy: {e}")))?;
     let limits = limits(&o)?;
-    let retention_secs = parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
+    let retention_secs =
+        parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
     let reserve = Reserve {
-        cpus: IdSet::parse_list(&o.reserve_cpus).map_err(|e| Refusal(format!("--reserve-cpus: {e}")))?,
+        cpus: IdSet::parse_list(&o.reserve_cpus)
+            .map_err(|e| Refusal(format!("--reserve-cpus: {e}")))?,
         mem_bytes: match &o.reserve_mem {
             Some(m) => parse_bytes(m).map_err(|e| Refusal(format!("--reserve-mem: {e}")))?,
             None => 0,
@@ -116,7 +185,9 @@ async fn run(o: Options) -> Result<(), Refusal> {
     };
     let is_root = nix::unistd::geteuid().is_root();
     if !o.user && !is_root {
-        return refuse("must run as root on the system bus (use --user to try xlurm on your session bus)");
+        return refuse(
+            "must run as root on the system bus (use --user to try xlurm on your session bus)",
+        );
     }
     if !o.no_cgroup_check {
         if let Some(problem) = crate::host::cgroup_v2_problem(std::path::Path::new("/")) {
@@ -133,16 +204,56 @@ async fn run(o: Options) -> Result<(), Refusal> {
         if o.user {
             let base = std::env::var_os("XDG_STATE_HOME")
                 .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state"));
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state")
+                });
             base.join("xlurm")
         } else {
-            std::env::var_os("STATE_DIRECTORY").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib/xlurm"))
+            std::env::var_os("STATE_DIRECTORY")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/var/lib/xlurm"))
         }
     });
-    let conn = if o.user { zbus::Connection::session().await } else { zbus::Connection::system().await }
-        .map_err(|e| Refusal(format!("cannot connect to the {} bus: {e}", if o.user { "session" } else { "system" })))?;
+    let choice: crate::accel::BackendChoice = o
+        .backends
+        .parse()
+        .map_err(|e| Refusal(format!("--backends: {e}")))?;
+    let accel_config = crate::accel::AccelConfig::from_env(choice, |k| std::env::var_os(k));
+    let selection = crate::accel::select(&accel_config)
+        .map_err(|e| Refusal(format!("accelerator backend {}: {e} (--backends auto skips vendors that fail, --backends none runs CPU jobs only)", o.backends)))?;
+    for w in &selection.warnings {
+        tracing::info!("accelerators: skipped: {w}");
+    }
+    let devices: Vec<crate::core::Device> = selection
+        .active
+        .iter()
+        .flat_map(|a| a.devices.iter().map(|d| d.to_device()))
+        .collect();
+    let mut machine = Machine::new(topology, devices);
+    if let Some(list) = &o.exclude_device_ids {
+        let (vendor, ids) = parse_device_list(list, &machine)
+            .map_err(|e| Refusal(format!("--exclude-device-ids: {e}")))?;
+        let mut sched = Scheduler::new(machine, policy, limits.clone());
+        sched
+            .set_disabled(vendor, &ids, true)
+            .map_err(|e| Refusal(format!("--exclude-device-ids: {e}")))?;
+        machine = sched.machine().clone();
+    }
+    tracing::info!("accelerators: {}", machine.vendor_summary());
+    let conn = if o.user {
+        zbus::Connection::session().await
+    } else {
+        zbus::Connection::system().await
+    }
+    .map_err(|e| {
+        Refusal(format!(
+            "cannot connect to the {} bus: {e}",
+            if o.user { "session" } else { "system" }
+        ))
+    })?;
     let config = ServeConfig {
-        machine: Machine::new(topology, Vec::new()),
+        machine,
+        accel: selection.active,
         policy,
         limits,
         state_dir,
@@ -158,7 +269,10 @@ async fn run(o: Options) -> Result<(), Refusal> {
     daemon.kick.notify_one();
     notify_status(&daemon).await;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    tracing::info!("xlurmd ready on the {} bus (policy {policy})", if o.user { "session" } else { "system" });
+    tracing::info!(
+        "xlurmd ready on the {} bus (policy {policy})",
+        if o.user { "session" } else { "system" }
+    );
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Refusal(format!("installing the SIGTERM handler: {e}")))?;
@@ -171,10 +285,10 @@ async fn run(o: Options) -> Result<(), Refusal> {
     Ok(())
 }
 
-
 /// Everything `serve` needs that does not come from the bus.
 pub struct ServeConfig {
     pub machine: Machine,
+    pub accel: Vec<crate::accel::Active>,
     pub policy: Policy,
     pub limits: Limits,
     pub state_dir: PathBuf,
@@ -204,15 +318,31 @@ impl Drop for Served {
 pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, Refusal> {
     let mut tasks = Vec::new();
     let conn = conn.clone();
-    let systemd = Systemd::connect(&conn)
-        .await
-        .map_err(|e| Refusal(format!("{e:#} (is systemd running as the {} manager?)", if cfg.settings_user_mode { "user" } else { "system" })))?;
-    let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| Refusal(format!("state directory {}: {e:#}", cfg.state_dir.display())))?;
+    let systemd = Systemd::connect(&conn).await.map_err(|e| {
+        Refusal(format!(
+            "{e:#} (is systemd running as the {} manager?)",
+            if cfg.settings_user_mode {
+                "user"
+            } else {
+                "system"
+            }
+        ))
+    })?;
+    let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
+        Refusal(format!(
+            "state directory {}: {e:#}",
+            cfg.state_dir.display()
+        ))
+    })?;
     if let Some(w) = &loaded.warning {
         tracing::error!("{w}");
     }
     let mut sched = Scheduler::new(cfg.machine, cfg.policy, cfg.limits);
-    for job in loaded.jobs.values().filter(|j| j.state == super::job::JobState::Pending) {
+    for job in loaded
+        .jobs
+        .values()
+        .filter(|j| j.state == super::job::JobState::Pending)
+    {
         sched.enqueue(job.id, job.demand.clone());
     }
     let settings = Settings {
@@ -227,11 +357,20 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         list_is_public: cfg.list_is_public,
     };
     let state = State::new(sched, loaded.jobs, store, loaded.next_id);
-    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone());
-    daemon.readopt().await.map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
+    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
+    daemon
+        .readopt()
+        .await
+        .map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
 
-    let api = SchedulerApi { daemon: daemon.clone(), fixed_uid: None };
-    conn.object_server().at(PATH, api).await.map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
+    let api = SchedulerApi {
+        daemon: daemon.clone(),
+        fixed_uid: None,
+    };
+    conn.object_server()
+        .at(PATH, api)
+        .await
+        .map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
     conn.request_name(BUS_NAME)
         .await
         .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
@@ -261,6 +400,15 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             }
         }));
     }
+    // Device monitoring: every 2 s per backend, off the event loop, with a timeout.
+    for active in &daemon.accel {
+        let poller = crate::accel::Poller::new(active.backend.clone(), active.devices.clone());
+        let d = daemon.clone();
+        let devices = active.devices.clone();
+        tasks.push(tokio::spawn(async move {
+            monitor_devices(d, poller, devices).await
+        }));
+    }
     // Safety net for missed signals, retention and status.
     {
         let d = daemon.clone();
@@ -271,7 +419,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 tick += 1;
                 let running: Vec<u64> = {
                     let st = d.state.lock().await;
-                    st.jobs.values().filter(|j| j.state == super::job::JobState::Running).map(|j| j.id).collect()
+                    st.jobs
+                        .values()
+                        .filter(|j| j.state == super::job::JobState::Running)
+                        .map(|j| j.id)
+                        .collect()
                 };
                 for id in running {
                     d.reconcile(id).await;
@@ -286,13 +438,70 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     Ok(Served { daemon, tasks })
 }
 
+/// Polls one backend forever, applying health changes and logging each change once.
+async fn monitor_devices(
+    d: Arc<Daemon>,
+    poller: crate::accel::Poller,
+    devices: Vec<crate::accel::DiscoveredDevice>,
+) {
+    let procs = crate::accel::ProcCgroups::new("/proc");
+    loop {
+        let holders: std::collections::HashMap<(crate::core::Vendor, u32), u64> = {
+            let st = d.state.lock().await;
+            let m = st.sched.machine();
+            (0..m.devices.len())
+                .filter_map(|s| {
+                    st.sched
+                        .holder(s)
+                        .map(|j| ((m.devices[s].vendor, m.devices[s].index), j))
+                })
+                .collect()
+        };
+        let healths = poller
+            .poll_health(
+                Duration::from_secs(5),
+                |dev| holders.get(&(dev.vendor, dev.index)).copied(),
+                |pid| procs.job_of(pid),
+            )
+            .await;
+        let mut freed = false;
+        {
+            let mut st = d.state.lock().await;
+            for (dev, health) in devices.iter().zip(healths) {
+                let Some(slot) = st.sched.machine().slot(dev.vendor, dev.index) else {
+                    continue;
+                };
+                let old = st.sched.machine().devices[slot].health.clone();
+                if old != health {
+                    tracing::info!(
+                        "{}:{} is now {:?} (was {:?})",
+                        dev.vendor,
+                        dev.index,
+                        health,
+                        old
+                    );
+                    freed |= health == crate::core::Health::Ok;
+                    st.sched.set_health(slot, health);
+                }
+            }
+        }
+        if freed {
+            d.kick.notify_one();
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 async fn notify_status(d: &Arc<Daemon>) {
     let (pending, running) = d.state.lock().await.counts();
     let status = format!("{pending} pending, {running} running");
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
 }
 
-async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) -> Option<tokio::task::JoinHandle<()>> {
+async fn spawn_unit_watcher(
+    d: Arc<Daemon>,
+    conn: zbus::Connection,
+) -> Option<tokio::task::JoinHandle<()>> {
     use futures_util::StreamExt;
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
@@ -308,18 +517,33 @@ async fn spawn_unit_watcher(d: Arc<Daemon>, conn: zbus::Connection) -> Option<to
             return None;
         }
     };
-    let mut stream = match zbus::MessageStream::for_match_rule(rule, &conn, std::num::NonZeroUsize::new(1024)).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("subscribing to unit signals: {e}");
-            return None;
-        }
-    };
+    let mut stream =
+        match zbus::MessageStream::for_match_rule(rule, &conn, std::num::NonZeroUsize::new(1024))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("subscribing to unit signals: {e}");
+                return None;
+            }
+        };
     Some(tokio::spawn(async move {
         while let Some(Ok(msg)) = stream.next().await {
-            let path = msg.header().path().map(|p| p.to_string()).unwrap_or_default();
-            let Some(rest) = path.strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d") else { continue };
-            let Some(id) = rest.strip_suffix("_2eservice").and_then(|n| n.parse::<u64>().ok()) else { continue };
+            let path = msg
+                .header()
+                .path()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            let Some(rest) = path.strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d")
+            else {
+                continue;
+            };
+            let Some(id) = rest
+                .strip_suffix("_2eservice")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
             let d = d.clone();
             tokio::spawn(async move { d.reconcile(id).await });
         }

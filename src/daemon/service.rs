@@ -49,6 +49,8 @@ pub struct Daemon {
     pub kick: Notify,
     /// Tells the API layer which jobs changed state (for signals).
     pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, JobState)>,
+    /// The accelerator backends in use and the devices they found.
+    pub accel: Vec<crate::accel::Active>,
 }
 
 /// What a submission got.
@@ -60,12 +62,23 @@ pub struct Submitted {
 }
 
 impl State {
-    pub fn new(sched: Scheduler, jobs: BTreeMap<JobId, Job>, store: Store, next_id: JobId) -> State {
+    pub fn new(
+        sched: Scheduler,
+        jobs: BTreeMap<JobId, Job>,
+        store: Store,
+        next_id: JobId,
+    ) -> State {
         let mut pending_per_user = HashMap::new();
         for j in jobs.values().filter(|j| j.state == JobState::Pending) {
             *pending_per_user.entry(j.uid).or_insert(0) += 1;
         }
-        State { sched, jobs, store, next_id, pending_per_user }
+        State {
+            sched,
+            jobs,
+            store,
+            next_id,
+            pending_per_user,
+        }
     }
 
     fn pending_done(&mut self, uid: u32) {
@@ -104,13 +117,25 @@ pub fn resolve_run_as(uid: u32) -> Result<RunAs, String> {
     let groups = getgrouplist(&cname, user.gid).unwrap_or_else(|_| vec![user.gid]);
     Ok(RunAs {
         group: group_name(user.gid),
-        supplementary: groups.into_iter().filter(|g| *g != user.gid).map(group_name).collect(),
+        supplementary: groups
+            .into_iter()
+            .filter(|g| *g != user.gid)
+            .map(group_name)
+            .collect(),
         user: user.name,
     })
 }
 
 impl Daemon {
-    pub fn new(state: State, settings: Settings, systemd: Systemd) -> (Arc<Daemon>, tokio::sync::mpsc::UnboundedReceiver<(JobId, JobState)>) {
+    pub fn new(
+        state: State,
+        settings: Settings,
+        systemd: Systemd,
+        accel: Vec<crate::accel::Active>,
+    ) -> (
+        Arc<Daemon>,
+        tokio::sync::mpsc::UnboundedReceiver<(JobId, JobState)>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let d = Arc::new(Daemon {
             state: Mutex::new(state),
@@ -118,6 +143,7 @@ impl Daemon {
             systemd,
             kick: Notify::new(),
             changes: tx,
+            accel,
         });
         (d, rx)
     }
@@ -133,7 +159,11 @@ impl Daemon {
         let mut demands = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             let d = st.sched.validate(&spec.request).map_err(|e| {
-                ApiError::InvalidRequest(if specs.len() > 1 { format!("job {}: {e}", i + 1) } else { e.to_string() })
+                ApiError::InvalidRequest(if specs.len() > 1 {
+                    format!("job {}: {e}", i + 1)
+                } else {
+                    e.to_string()
+                })
             })?;
             demands.push(d);
         }
@@ -150,13 +180,22 @@ impl Daemon {
         for (spec, demand) in specs.into_iter().zip(demands) {
             let id = st.next_id;
             st.next_id += 1;
-            out.push(Submitted { id, mem_bytes: demand.mem_bytes, mem_default: demand.mem_default });
+            out.push(Submitted {
+                id,
+                mem_bytes: demand.mem_bytes,
+                mem_default: demand.mem_default,
+            });
             new_jobs.push(Job {
                 id,
                 name: spec.name,
                 uid,
                 user: user.clone(),
-                command: Command { argv: spec.argv, script: spec.script, cwd: spec.cwd, env: spec.env },
+                command: Command {
+                    argv: spec.argv,
+                    script: spec.script,
+                    cwd: spec.cwd,
+                    env: spec.env,
+                },
                 request: spec.request,
                 demand,
                 state: JobState::Pending,
@@ -172,7 +211,9 @@ impl Daemon {
         }
         if let Err(e) = st.store.save(new_jobs.iter()) {
             st.next_id -= new_jobs.len() as u64;
-            return Err(ApiError::Failed(format!("could not record the job, nothing was queued: {e:#}")));
+            return Err(ApiError::Failed(format!(
+                "could not record the job, nothing was queued: {e:#}"
+            )));
         }
         for job in new_jobs {
             st.sched.enqueue(job.id, job.demand.clone());
@@ -193,7 +234,10 @@ impl Daemon {
     /// passed the polkit check for other users' jobs.
     pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
         let mut st = self.state.lock().await;
-        let job = st.jobs.get(&id).ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+        let job = st
+            .jobs
+            .get(&id)
+            .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
         if !Self::owns(uid, job) && !admin {
             return Err(ApiError::PermissionDenied(format!(
                 "job {id} belongs to {}; only its owner or an admin may cancel it",
@@ -210,7 +254,10 @@ impl Daemon {
                 job.state = JobState::Cancelled;
                 job.end_usec = now;
                 job.cancel_requested_by = Some(uid);
-                job.outcome = Some(Outcome { detail: "cancelled before it started".into(), ..Default::default() });
+                job.outcome = Some(Outcome {
+                    detail: "cancelled before it started".into(),
+                    ..Default::default()
+                });
                 let job = job.clone();
                 st.store.save([&job]).map_err(ApiError::from)?;
                 drop(st);
@@ -232,7 +279,10 @@ impl Daemon {
                 self.reconcile(id).await;
                 Ok(JobState::Running)
             }
-            s => Err(ApiError::WrongState(format!("job {id} already ended ({})", s.name()))),
+            s => Err(ApiError::WrongState(format!(
+                "job {id} already ended ({})",
+                s.name()
+            ))),
         }
     }
 
@@ -246,7 +296,9 @@ impl Daemon {
         }
         let mut started = Vec::with_capacity(starts.len());
         for (id, alloc) in starts {
-            let Some(job) = st.jobs.get_mut(&id) else { continue };
+            let Some(job) = st.jobs.get_mut(&id) else {
+                continue;
+            };
             job.state = JobState::Running;
             job.start_usec = now;
             job.alloc = Some(alloc);
@@ -284,38 +336,67 @@ impl Daemon {
         let run_as = match resolve_run_as(job.uid) {
             Ok(r) => Some(r),
             Err(e) => {
-                self.fail_launch(job.id, format!("cannot resolve the submitter: {e}")).await;
+                self.fail_launch(job.id, format!("cannot resolve the submitter: {e}"))
+                    .await;
                 return;
             }
         };
         if let Some(script) = &job.command.script {
             let path = unit::script_path(&self.settings.unit, job.id);
             if let Err(e) = write_script(&path, script) {
-                self.fail_launch(job.id, format!("cannot write the script snapshot: {e:#}")).await;
+                self.fail_launch(job.id, format!("cannot write the script snapshot: {e:#}"))
+                    .await;
                 return;
             }
         }
-        let visibility = cpu_only_visibility();
-        let props = unit::properties(&job, &self.settings.unit, run_as.as_ref(), &visibility, &[]);
+        let devices = job
+            .alloc
+            .as_ref()
+            .map(|a| a.devices.clone())
+            .unwrap_or_default();
+        let (visibility, allow) = match device_setup(&self.accel, &devices) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail_launch(job.id, format!("cannot set up its devices: {e}"))
+                    .await;
+                return;
+            }
+        };
+        let props = unit::properties(
+            &job,
+            &self.settings.unit,
+            run_as.as_ref(),
+            &visibility,
+            &allow,
+        );
         match self.systemd.start(&job.unit, &props).await {
             Ok(_) => {
                 tracing::info!(job = job.id, unit = %job.unit, "started");
                 self.reconcile(job.id).await;
             }
-            Err(e) => self.fail_launch(job.id, format!("systemd refused the unit: {e}")).await,
+            Err(e) => {
+                self.fail_launch(job.id, format!("systemd refused the unit: {e}"))
+                    .await
+            }
         }
     }
 
     async fn fail_launch(&self, id: JobId, detail: String) {
         tracing::warn!(job = id, "launch failed: {detail}");
-        let outcome = Outcome { result: "launch-failed".into(), detail, ..Default::default() };
+        let outcome = Outcome {
+            result: "launch-failed".into(),
+            detail,
+            ..Default::default()
+        };
         self.finalize(id, JobState::LaunchFailed, outcome).await;
     }
 
     /// Records a final state, frees the job's resources and collects its unit.
     async fn finalize(&self, id: JobId, state: JobState, outcome: Outcome) {
         let mut st = self.state.lock().await;
-        let Some(job) = st.jobs.get_mut(&id) else { return };
+        let Some(job) = st.jobs.get_mut(&id) else {
+            return;
+        };
         if job.state.is_final() {
             return;
         }
@@ -340,15 +421,30 @@ impl Daemon {
         let (unit, cancelled, invocation) = {
             let st = self.state.lock().await;
             match st.jobs.get(&id) {
-                Some(j) if j.state == JobState::Running => (j.unit.clone(), j.cancel_requested_by.is_some(), j.invocation_id.clone()),
+                Some(j) if j.state == JobState::Running => (
+                    j.unit.clone(),
+                    j.cancel_requested_by.is_some(),
+                    j.invocation_id.clone(),
+                ),
                 _ => return,
             }
         };
         match self.systemd.status(&unit).await {
             Ok(Some(status)) => {
-                if !invocation.is_empty() && !status.invocation_id.is_empty() && status.invocation_id != invocation {
+                if !invocation.is_empty()
+                    && !status.invocation_id.is_empty()
+                    && status.invocation_id != invocation
+                {
                     let detail = format!("its unit {unit} now belongs to another invocation");
-                    self.finalize(id, JobState::Lost, Outcome { detail, ..Default::default() }).await;
+                    self.finalize(
+                        id,
+                        JobState::Lost,
+                        Outcome {
+                            detail,
+                            ..Default::default()
+                        },
+                    )
+                    .await;
                     return;
                 }
                 if invocation.is_empty() && !status.invocation_id.is_empty() {
@@ -370,7 +466,15 @@ impl Daemon {
                 } else {
                     (JobState::Cancelled, format!("its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded"))
                 };
-                self.finalize(id, state, Outcome { detail, ..Default::default() }).await;
+                self.finalize(
+                    id,
+                    state,
+                    Outcome {
+                        detail,
+                        ..Default::default()
+                    },
+                )
+                .await;
             }
             Err(e) => tracing::warn!(job = id, "reading {unit}: {e:#}"),
         }
@@ -381,11 +485,18 @@ impl Daemon {
     pub async fn readopt(&self) -> Result<()> {
         let running: Vec<Job> = {
             let st = self.state.lock().await;
-            st.jobs.values().filter(|j| j.state == JobState::Running).cloned().collect()
+            st.jobs
+                .values()
+                .filter(|j| j.state == JobState::Running)
+                .cloned()
+                .collect()
         };
         for job in running {
             match self.systemd.status(&job.unit).await? {
-                Some(status) if job.invocation_id.is_empty() || status.invocation_id == job.invocation_id => {
+                Some(status)
+                    if job.invocation_id.is_empty()
+                        || status.invocation_id == job.invocation_id =>
+                {
                     {
                         let mut st = self.state.lock().await;
                         if let Some(alloc) = job.alloc.clone() {
@@ -397,12 +508,18 @@ impl Daemon {
                     self.reconcile(job.id).await;
                 }
                 _ => {
-                    let detail = format!("its unit {} vanished while xlurmd was down (a reboot?)", job.unit);
+                    let detail = format!(
+                        "its unit {} vanished while xlurmd was down (a reboot?)",
+                        job.unit
+                    );
                     let mut st = self.state.lock().await;
                     if let Some(j) = st.jobs.get_mut(&job.id) {
                         j.state = JobState::Lost;
                         j.end_usec = now_usec();
-                        j.outcome = Some(Outcome { detail, ..Default::default() });
+                        j.outcome = Some(Outcome {
+                            detail,
+                            ..Default::default()
+                        });
                         let j = j.clone();
                         st.store.save([&j])?;
                     }
@@ -414,9 +531,11 @@ impl Daemon {
 
     /// Drops finished jobs older than the retention period.
     pub async fn clean(&self) {
-        let cutoff = now_usec().saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
+        let cutoff =
+            now_usec().saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
         let mut st = self.state.lock().await;
-        st.jobs.retain(|_, j| !(j.state.is_final() && j.end_usec < cutoff));
+        st.jobs
+            .retain(|_, j| !(j.state.is_final() && j.end_usec < cutoff));
         let live = st.jobs.len();
         let next = st.next_id;
         let State { store, jobs, .. } = &mut *st;
@@ -428,21 +547,43 @@ impl Daemon {
     }
 }
 
-/// Every visibility variable set so that no accelerator is visible.
-pub fn cpu_only_visibility() -> Vec<(String, String)> {
-    unit::VISIBILITY_VARS
+/// A job's visibility variables and its `DeviceAllow` entries.
+pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
+
+/// The visibility variables and `DeviceAllow` entries of a job holding
+/// `devices`, from the devices the backends discovered.
+pub fn device_setup(
+    accel: &[crate::accel::Active],
+    devices: &[crate::core::DeviceRef],
+) -> Result<DeviceSetup, String> {
+    let vendor = devices.first().map(|d| d.vendor);
+    let env = crate::accel::visibility_env(vendor, devices).map_err(|e| e.to_string())?;
+    let discovered: Vec<crate::accel::DiscoveredDevice> = accel
         .iter()
-        .filter(|v| **v != "CUDA_DEVICE_ORDER")
-        .map(|v| (v.to_string(), String::new()))
-        .collect()
+        .flat_map(|a| a.devices.iter().cloned())
+        .collect();
+    let allow = crate::accel::device_allow(&discovered, devices)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|p| (p.display().to_string(), "rw".to_string()))
+        .collect();
+    Ok((env, allow))
 }
 
 fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     std::io::Write::write_all(&mut f, script.as_bytes())?;
     f.sync_all()?;
     Ok(())

@@ -70,7 +70,14 @@ impl Store {
             log,
             lines: jobs.len(),
         };
-        Ok((store, Loaded { jobs, next_id, warning }))
+        Ok((
+            store,
+            Loaded {
+                jobs,
+                next_id,
+                warning,
+            },
+        ))
     }
 
     /// Appends records and syncs them to disk before returning.
@@ -85,7 +92,9 @@ impl Store {
         if n == 0 {
             return Ok(());
         }
-        self.log.write_all(&buf).context("appending to the job log")?;
+        self.log
+            .write_all(&buf)
+            .context("appending to the job log")?;
         self.log.sync_data().context("syncing the job log")?;
         self.lines += n;
         Ok(())
@@ -98,7 +107,11 @@ impl Store {
     }
 
     /// Rewrites the log with only `live` when it has grown past twice its size.
-    pub fn maybe_compact<'a>(&mut self, live: usize, jobs: impl Iterator<Item = &'a Job>) -> Result<bool> {
+    pub fn maybe_compact<'a>(
+        &mut self,
+        live: usize,
+        jobs: impl Iterator<Item = &'a Job>,
+    ) -> Result<bool> {
         if self.lines <= 2 * live.max(1000) {
             return Ok(false);
         }
@@ -126,9 +139,13 @@ impl<'a> From<&'a Job> for StoredJob<'a> {
         if job.state != super::job::JobState::Pending && job.command.env.is_some() {
             let mut j = job.clone();
             j.command.env = None;
-            StoredJob { job: std::borrow::Cow::Owned(j) }
+            StoredJob {
+                job: std::borrow::Cow::Owned(j),
+            }
         } else {
-            StoredJob { job: std::borrow::Cow::Borrowed(job) }
+            StoredJob {
+                job: std::borrow::Cow::Borrowed(job),
+            }
         }
     }
 }
@@ -160,7 +177,9 @@ fn read_log(path: &Path) -> Result<BTreeMap<JobId, Job>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(jobs),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let lines: Vec<String> = BufReader::new(file).lines().collect::<std::io::Result<_>>()?;
+    let lines: Vec<String> = BufReader::new(file)
+        .lines()
+        .collect::<std::io::Result<_>>()?;
     let last = lines.len().saturating_sub(1);
     for (i, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
@@ -232,7 +251,8 @@ mod tests {
         let (mut s, loaded) = Store::open(dir.path()).unwrap();
         assert!(loaded.jobs.is_empty());
         assert_eq!(loaded.next_id, 1);
-        s.save([&job(1, JobState::Pending), &job(2, JobState::Pending)]).unwrap();
+        s.save([&job(1, JobState::Pending), &job(2, JobState::Pending)])
+            .unwrap();
         s.save([&job(1, JobState::Running)]).unwrap();
         s.save_next_id(3).unwrap();
         drop(s);
@@ -243,7 +263,10 @@ mod tests {
         // A started job's environment never reaches the disk.
         assert_eq!(loaded.jobs[&1].command.env, None);
         assert!(loaded.jobs[&2].command.env.is_some());
-        let mode = std::fs::metadata(dir.path().join(LOG)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.path().join(LOG))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let dmode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
         assert_eq!(dmode & 0o777, 0o700);
@@ -255,7 +278,10 @@ mod tests {
         let (mut s, _) = Store::open(dir.path()).unwrap();
         s.save([&job(1, JobState::Pending)]).unwrap();
         drop(s);
-        let mut f = OpenOptions::new().append(true).open(dir.path().join(LOG)).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(LOG))
+            .unwrap();
         f.write_all(b"{\"id\":2,\"na").unwrap();
         let (_, loaded) = Store::open(dir.path()).unwrap();
         assert_eq!(loaded.jobs.len(), 1);
@@ -268,7 +294,10 @@ mod tests {
         let (mut s, _) = Store::open(dir.path()).unwrap();
         s.save([&job(1, JobState::Pending)]).unwrap();
         drop(s);
-        let mut f = OpenOptions::new().append(true).open(dir.path().join(LOG)).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(LOG))
+            .unwrap();
         f.write_all(b"garbage\n").unwrap();
         let ok = serde_json::to_string(&job(3, JobState::Pending)).unwrap();
         f.write_all(format!("{ok}\n").as_bytes()).unwrap();
@@ -283,6 +312,8 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains("corrupt"))
             .collect();
         assert_eq!(aside.len(), 1);
-        assert!(std::fs::read_to_string(aside[0].path()).unwrap().contains("garbage"));
+        assert!(std::fs::read_to_string(aside[0].path())
+            .unwrap()
+            .contains("garbage"));
     }
 }

@@ -76,7 +76,9 @@ pub fn unit_path(unit: &str) -> String {
 }
 
 fn get<T: TryFrom<OwnedVariant>>(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<T> {
-    map.get(key).and_then(|v| v.try_clone().ok()).and_then(|v| T::try_from(v).ok())
+    map.get(key)
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| T::try_from(v).ok())
 }
 
 /// A u64 property, `None` for systemd's "unset" value `u64::MAX`.
@@ -110,8 +112,14 @@ impl Systemd {
 
     /// Starts `unit` with `props`; fails if systemd refuses the properties or
     /// the unit exists.
-    pub async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<OwnedObjectPath> {
-        self.manager.start_transient_unit(unit, "fail", props, &[]).await
+    pub async fn start(
+        &self,
+        unit: &str,
+        props: &[(&str, Variant<'_>)],
+    ) -> zbus::Result<OwnedObjectPath> {
+        self.manager
+            .start_transient_unit(unit, "fail", props, &[])
+            .await
     }
 
     /// Asks systemd to stop `unit` (SIGTERM to its whole cgroup, then SIGKILL).
@@ -152,7 +160,8 @@ impl Systemd {
             .build()
             .await?;
         let unit_iface = zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Unit")?;
-        let service_iface = zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Service")?;
+        let service_iface =
+            zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Service")?;
         let u = match props.get_all(unit_iface).await {
             Ok(u) => u,
             Err(_) => return Ok(None),

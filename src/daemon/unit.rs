@@ -28,21 +28,10 @@ pub struct UnitSettings {
     pub stop_timeout_usec: u64,
 }
 
-/// Every accelerator visibility variable; all are set on every job.
-pub const VISIBILITY_VARS: [&str; 8] = [
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "MTHREADS_VISIBLE_DEVICES",
-    "MUSA_VISIBLE_DEVICES",
-    "MACA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-];
-
 /// Environment names the daemon sets and a job can never override.
 pub fn reserved_env(name: &str) -> bool {
-    name == "XLURM_JOB_ID" || VISIBILITY_VARS.contains(&name)
+    use crate::accel::{CUDA_DEVICE_ORDER, VISIBILITY_VARIABLES};
+    name == "XLURM_JOB_ID" || name == CUDA_DEVICE_ORDER.0 || VISIBILITY_VARIABLES.contains(&name)
 }
 
 /// The credential name under which a batch script snapshot is passed.

@@ -49,7 +49,11 @@ impl PrivateBus {
         BufReader::new(stdout).read_line(&mut line)?;
         let address = line.trim().to_string();
         anyhow::ensure!(!address.is_empty(), "dbus-daemon printed no address");
-        Ok(PrivateBus { child, address, _dir: dir })
+        Ok(PrivateBus {
+            child,
+            address,
+            _dir: dir,
+        })
     }
 
     pub async fn connect(&self) -> Result<zbus::Connection> {

@@ -118,7 +118,8 @@ impl Manager {
 
     async fn stop_unit(&self, name: String, _mode: String) -> zbus::fdo::Result<OwnedObjectPath> {
         self.fake.stop(&name).await?;
-        Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?)
+        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
+            .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
     }
 
     async fn reset_failed_unit(&self, name: String) -> zbus::fdo::Result<()> {
@@ -127,9 +128,14 @@ impl Manager {
     }
 
     fn get_unit(&self, name: String) -> zbus::fdo::Result<OwnedObjectPath> {
-        let shared = self.fake.shared.lock().map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+        let shared = self
+            .fake
+            .shared
+            .lock()
+            .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
         if shared.units.contains_key(&name) {
-            OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(&name)).map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+            OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(&name))
+                .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
         } else {
             Err(no_such_unit(&name))
         }
@@ -140,7 +146,18 @@ impl Manager {
         &self,
         _states: Vec<String>,
         _patterns: Vec<String>,
-    ) -> Vec<(String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath)> {
+    ) -> Vec<(
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        OwnedObjectPath,
+        u32,
+        String,
+        OwnedObjectPath,
+    )> {
         let shared = match self.fake.shared.lock() {
             Ok(s) => s,
             Err(_) => return Vec::new(),
@@ -151,7 +168,18 @@ impl Manager {
             .filter_map(|n| {
                 let p = OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(n)).ok()?;
                 let root = OwnedObjectPath::try_from("/").ok()?;
-                Some((n.clone(), String::new(), "loaded".into(), String::new(), String::new(), String::new(), p, 0, String::new(), root))
+                Some((
+                    n.clone(),
+                    String::new(),
+                    "loaded".into(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    p,
+                    0,
+                    String::new(),
+                    root,
+                ))
             })
             .collect()
     }
@@ -160,37 +188,70 @@ impl Manager {
 impl FakeSystemd {
     /// Serves the double on `conn` as `org.freedesktop.systemd1`.
     pub async fn serve(conn: &Connection, mode: Mode) -> anyhow::Result<FakeSystemd> {
-        let fake = FakeSystemd { shared: Arc::default(), mode, conn: conn.clone() };
-        conn.object_server().at("/org/freedesktop/systemd1", Manager { fake: fake.clone() }).await?;
+        let fake = FakeSystemd {
+            shared: Arc::default(),
+            mode,
+            conn: conn.clone(),
+        };
+        conn.object_server()
+            .at("/org/freedesktop/systemd1", Manager { fake: fake.clone() })
+            .await?;
         conn.request_name("org.freedesktop.systemd1").await?;
         Ok(fake)
     }
 
-    async fn start(&self, name: String, properties: Vec<(String, OwnedVariant)>) -> zbus::fdo::Result<OwnedObjectPath> {
+    async fn start(
+        &self,
+        name: String,
+        properties: Vec<(String, OwnedVariant)>,
+    ) -> zbus::fdo::Result<OwnedObjectPath> {
         let fail = |e: String| zbus::fdo::Error::Failed(e);
         let props: HashMap<String, OwnedVariant> = properties.into_iter().collect();
         let serial = {
             let mut shared = self.shared.lock().map_err(|_| fail("poisoned".into()))?;
             if shared.units.contains_key(&name) {
-                return Err(zbus::fdo::Error::Failed(format!("Unit {name} was already loaded or has a fragment file.")));
+                return Err(zbus::fdo::Error::Failed(format!(
+                    "Unit {name} was already loaded or has a fragment file."
+                )));
             }
             let serial = shared.started.len() as u32 + 1;
             shared.units.insert(name.clone(), serial);
             shared.start_times.push(std::time::Instant::now());
-            shared.started.push(Recorded { name: name.clone(), properties: props.clone() });
+            shared.started.push(Recorded {
+                name: name.clone(),
+                properties: props.clone(),
+            });
             serial
         };
         let path = crate::daemon::systemd::unit_path(&name);
-        let memory_max = props.get("MemoryMax").and_then(|v| u64::try_from(v).ok()).unwrap_or(u64::MAX);
+        let memory_max = props
+            .get("MemoryMax")
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(u64::MAX);
         let mut invocation = vec![0u8; 16];
         invocation[..4].copy_from_slice(&serial.to_le_bytes());
         let server = self.conn.object_server();
         server
-            .at(path.as_str(), UnitObj { active_state: "active".into(), sub_state: "running".into(), invocation })
+            .at(
+                path.as_str(),
+                UnitObj {
+                    active_state: "active".into(),
+                    sub_state: "running".into(),
+                    invocation,
+                },
+            )
             .await
             .map_err(|e| fail(e.to_string()))?;
         server
-            .at(path.as_str(), ServiceObj { result: "success".into(), exec_main_code: 0, exec_main_status: 0, memory_max })
+            .at(
+                path.as_str(),
+                ServiceObj {
+                    result: "success".into(),
+                    exec_main_code: 0,
+                    exec_main_status: 0,
+                    memory_max,
+                },
+            )
             .await
             .map_err(|e| fail(e.to_string()))?;
         if self.mode == Mode::Run {
@@ -204,16 +265,28 @@ impl FakeSystemd {
                 .and_then(|v| v.try_clone().ok())
                 .and_then(|v| Vec::<String>::try_from(v).ok())
                 .unwrap_or_default();
-            let runtime = props.get("RuntimeMaxUSec").and_then(|v| u64::try_from(v).ok()).unwrap_or(u64::MAX);
+            let runtime = props
+                .get("RuntimeMaxUSec")
+                .and_then(|v| u64::try_from(v).ok())
+                .unwrap_or(u64::MAX);
             let me = self.clone();
             let unit = name.clone();
             tokio::spawn(async move { me.run(unit, argv, env, runtime).await });
         }
-        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").map_err(|e| fail(e.to_string()))
+        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
+            .map_err(|e| fail(e.to_string()))
     }
 
-    async fn run(&self, unit: String, argv: Vec<(String, Vec<String>, bool)>, env: Vec<String>, runtime_usec: u64) {
-        let Some((path, args, _)) = argv.into_iter().next() else { return };
+    async fn run(
+        &self,
+        unit: String,
+        argv: Vec<(String, Vec<String>, bool)>,
+        env: Vec<String>,
+        runtime_usec: u64,
+    ) {
+        let Some((path, args, _)) = argv.into_iter().next() else {
+            return;
+        };
         let mut cmd = tokio::process::Command::new(&path);
         cmd.args(args.iter().skip(1));
         cmd.env_clear();
@@ -223,12 +296,16 @@ impl FakeSystemd {
                 cmd.env(k, v);
             }
         }
-        cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).stdin(std::process::Stdio::null());
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .stdin(std::process::Stdio::null());
         cmd.kill_on_drop(true);
         let (result, code, status) = match cmd.spawn() {
             Err(_) => ("exit-code", 1, 203),
             Ok(mut child) => {
-                let limit = std::time::Duration::from_micros(runtime_usec.min(10 * 365 * 86_400 * 1_000_000));
+                let limit = std::time::Duration::from_micros(
+                    runtime_usec.min(10 * 365 * 86_400 * 1_000_000),
+                );
                 match tokio::time::timeout(limit, child.wait()).await {
                     Err(_) => {
                         let _ = child.kill().await;
@@ -247,8 +324,13 @@ impl FakeSystemd {
                 }
             }
         };
-        let (active, sub) = if result == "success" { ("active", "exited") } else { ("failed", "failed") };
-        self.set_state(&unit, active, sub, Some((result, code, status))).await;
+        let (active, sub) = if result == "success" {
+            ("active", "exited")
+        } else {
+            ("failed", "failed")
+        };
+        self.set_state(&unit, active, sub, Some((result, code, status)))
+            .await;
     }
 
     async fn set_state(&self, unit: &str, active: &str, sub: &str, exit: Option<(&str, i32, i32)>) {
@@ -275,7 +357,10 @@ impl FakeSystemd {
 
     async fn stop(&self, name: &str) -> zbus::fdo::Result<()> {
         {
-            let mut shared = self.shared.lock().map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+            let mut shared = self
+                .shared
+                .lock()
+                .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
             if !shared.units.contains_key(name) {
                 return Err(no_such_unit(name));
             }
@@ -298,8 +383,13 @@ impl FakeSystemd {
 
     /// Ends a running unit as if its process exited with `status` (Instant mode).
     pub async fn finish(&self, name: &str, status: i32) {
-        let (result, active, sub) = if status == 0 { ("success", "active", "exited") } else { ("exit-code", "failed", "failed") };
-        self.set_state(name, active, sub, Some((result, 1, status))).await;
+        let (result, active, sub) = if status == 0 {
+            ("success", "active", "exited")
+        } else {
+            ("exit-code", "failed", "failed")
+        };
+        self.set_state(name, active, sub, Some((result, 1, status)))
+            .await;
     }
 
     /// Forgets a unit without a trace, as a reboot would.
