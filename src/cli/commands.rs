@@ -27,7 +27,60 @@ pub async fn main(cli: Cli) -> Result<i32> {
             println!("policy set to {policy}");
             Ok(0)
         }
+        Command::MaxRunning { max_running } => {
+            let p = connect(user).await?;
+            p.set_max_running(max_running)
+                .await
+                .map_err(|e| explain(e, user))?;
+            println!("max running set to {max_running}");
+            Ok(0)
+        }
+        Command::Exclude { devices } => set_disabled(&devices, true, user).await,
+        Command::Include { devices } => set_disabled(&devices, false, user).await,
     }
+}
+
+/// `xlurm exclude|include [VENDOR:]ID[,ID...]`: without a vendor, the machine's only one.
+async fn set_disabled(list: &str, disabled: bool, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let (vendor, ids) = match list.split_once(':') {
+        Some((v, ids)) => (v.to_string(), ids),
+        None => {
+            let m = p.get_machine().await.map_err(|e| explain(e, user))?;
+            let devices: Vec<Dict> = m
+                .get("devices")
+                .and_then(|v| v.try_clone().ok())
+                .and_then(|v| Vec::<Dict>::try_from(v).ok())
+                .unwrap_or_default();
+            let mut vendors: Vec<String> = devices.iter().map(|d| get_str(d, "vendor")).collect();
+            vendors.dedup();
+            match &vendors[..] {
+                [v] => (v.clone(), list),
+                [] => bail!("this machine has no accelerators"),
+                _ => bail!(
+                    "several vendors here ({}): name one, e.g. nv:{list}",
+                    vendors.join(", ")
+                ),
+            }
+        }
+    };
+    let ids: Vec<u32> = ids
+        .split(',')
+        .map(|i| {
+            i.trim()
+                .parse::<u32>()
+                .map_err(|_| anyhow!("{i:?} is not a device ID (e.g. 1,3 or nv:1,3)"))
+        })
+        .collect::<Result<_>>()?;
+    p.set_devices_disabled(&vendor, ids.clone(), disabled)
+        .await
+        .map_err(|e| explain(e, user))?;
+    let what = if disabled { "excluded" } else { "included" };
+    println!(
+        "{vendor} devices {} {what}",
+        ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    );
+    Ok(0)
 }
 
 /// Finds `cmd` the way a shell would, so the job runs what the user meant.

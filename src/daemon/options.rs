@@ -1,0 +1,60 @@
+//! xlurmd's options, and nothing else: `build.rs` includes this file to
+//! generate the man page.
+
+use std::path::PathBuf;
+
+/// xlurmd's options: set them in the unit's ExecStart or a drop-in.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "xlurmd",
+    version,
+    about = "The xlurm scheduler daemon (org.xlurm.Scheduler1)"
+)]
+pub struct Options {
+    /// Run on the session bus with the user's own systemd manager (development).
+    #[arg(long)]
+    pub user: bool,
+    /// Scheduling policy: fifo-strict, easy-backfill, strict-backfill, largest-first.
+    #[arg(long, default_value = "easy-backfill")]
+    pub policy: String,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 32)]
+    pub max_running: u32,
+    /// Longest any job may run (and the limit of jobs that give none): seconds or 45m, 2h, 7d.
+    #[arg(long, default_value = "7d")]
+    pub max_lifetime: String,
+    /// Floor of the default memory budget (e.g. 256M).
+    #[arg(long, default_value = "256M")]
+    pub min_job_mem: String,
+    /// CPUs kept for the OS, never given to jobs (e.g. 0,1).
+    #[arg(long, default_value = "")]
+    pub reserve_cpus: String,
+    /// Memory kept for the OS (e.g. 2G).
+    #[arg(long)]
+    pub reserve_mem: Option<String>,
+    /// Finished jobs are kept this long (seconds or 7d, 12h).
+    #[arg(long, default_value = "7d")]
+    pub retention: String,
+    /// Most pending jobs one user may have.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_pending_per_user: usize,
+    /// Let every user see every job's summary (never commands or output).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub list_is_public: bool,
+    /// Where job state lives.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Start even without cgroup v2 cpuset/memory controllers (no pinning, no budgets enforced).
+    #[arg(long)]
+    pub no_cgroup_check: bool,
+    /// The slice jobs run in.
+    #[arg(long, default_value = "xlurm.slice")]
+    pub slice: String,
+    /// Accelerator backends: auto (every vendor whose library loads), none, or one vendor
+    /// (nv|asc|mtt|mx|ppu|hcu; then a discovery error stops the daemon).
+    #[arg(long, default_value = "auto")]
+    pub backends: String,
+    /// Devices never given to jobs, e.g. `1,3` or `nv:1,3` (`xlurm include` re-enables live).
+    #[arg(long)]
+    pub exclude_device_ids: Option<String>,
+}
