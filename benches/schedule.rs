@@ -332,7 +332,15 @@ fn row(machine: &str, queue: &str, policy: Policy, st: &Stats) {
 
 fn main() {
     // `cargo bench` passes `--bench`; a quick smoke run with `-- --quick`.
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only TEXT`: only the rows whose "machine queue policy" contains TEXT
+    // ("table" for the queue-length table).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let wanted = |label: &str| only.as_ref().is_none_or(|o| label.contains(o.as_str()));
     let passes = if quick { 5 } else { PASSES };
     let n = if quick { 10_000 } else { 100_000 };
     println!(
@@ -355,11 +363,17 @@ fn main() {
     for shape in MACHINES {
         for q in [Queue::Hard, Queue::Fill, Queue::Distinct] {
             for policy in Policy::ALL {
+                if !wanted(&format!("{} {} {}", shape.name, q.name(), policy.name())) {
+                    continue;
+                }
                 let (s, _) = build(shape, q, n, policy);
                 row(shape.name, q.name(), policy, &time_passes(&s, passes));
             }
         }
         for policy in Policy::ALL {
+            if !wanted(&format!("{} release {}", shape.name, policy.name())) {
+                continue;
+            }
             let (s, running) = build(shape, Queue::Hard, n, policy);
             row(
                 shape.name,
@@ -368,6 +382,9 @@ fn main() {
                 &time_release(&s, &running, passes),
             );
         }
+    }
+    if !wanted("table") {
+        return;
     }
     println!();
     println!("pass cost vs queue length (machine 1024cpu, hard queue, median ms; per job in ns)");

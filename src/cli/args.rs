@@ -29,6 +29,8 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Show the machine: NUMA nodes, devices, policy.
     Info(InfoArgs),
+    /// Print a job's output (owner and root); -f follows it until the job ends.
+    Log(LogArgs),
     /// Change the scheduling policy live (admin): fifo-strict, easy-backfill, strict-backfill, largest-first.
     Policy { policy: String },
     /// Change how many jobs may run at once, live (admin).
@@ -110,6 +112,20 @@ pub struct QueueArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// With an ID: print the job's output instead (like `xlurm log`).
+    #[arg(long)]
+    pub log: bool,
+    /// With --log: follow the output until the job ends.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    pub id: u64,
+    /// Keep printing new output until the job ends.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,12 @@ pub trait Scheduler {
     fn get_job(&self, id: u64) -> zbus::Result<Dict>;
     fn list_jobs(&self, filter: Dict) -> zbus::Result<Vec<Dict>>;
     fn get_machine(&self) -> zbus::Result<Dict>;
+    fn read_log(
+        &self,
+        id: u64,
+        cursor: &str,
+        max_lines: u32,
+    ) -> zbus::Result<(Vec<String>, String, String)>;
     fn set_policy(&self, policy: &str) -> zbus::Result<()>;
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
     fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)

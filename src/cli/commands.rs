@@ -1,7 +1,9 @@
 //! One function per verb.
 
 use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
-use super::{BatchArgs, CancelArgs, Cli, Command, InfoArgs, QueueArgs, ResourceArgs, SubmitArgs};
+use super::{
+    BatchArgs, CancelArgs, Cli, Command, InfoArgs, LogArgs, QueueArgs, ResourceArgs, SubmitArgs,
+};
 use crate::core::request::{format_bytes, parse_bytes, parse_duration_secs};
 use crate::daemon::spec::entry;
 use anyhow::{anyhow, bail, Context, Result};
@@ -21,6 +23,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Queue(a) => queue(a, user).await,
         Command::Cancel(a) => cancel(a, user).await,
         Command::Info(a) => info(a, user).await,
+        Command::Log(a) => log(a, user).await,
         Command::Policy { policy } => {
             let p = connect(user).await?;
             p.set_policy(&policy).await.map_err(|e| explain(e, user))?;
@@ -206,9 +209,19 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
+    let mut stream = LogStream {
+        cursor: String::new(),
+    };
     loop {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
         let state = get_str(&job, "state");
+        if get::<u64>(&job, "start_time").unwrap_or(0) > 0 && state == "RUNNING" {
+            if !said_started {
+                eprintln!("[{}] job {id}: Task started.", stamp());
+                said_started = true;
+            }
+            stream.pump(&p, id, user).await?;
+        }
         match state.as_str() {
             "PENDING" => {
                 if !said_waiting && t0.elapsed() > Duration::from_secs(1) {
@@ -230,6 +243,9 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 if !said_started && get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
                     eprintln!("[{}] job {id}: Task started.", stamp());
                 }
+                if get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                    stream.drain(&p, id, user).await?;
+                }
                 let code = exit_code_of(&job);
                 let detail = get_str(&job, "detail");
                 if state != "COMPLETED" && state != "FAILED"
@@ -247,6 +263,71 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
             _ = tokio::signal::ctrl_c(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+        }
+    }
+}
+
+/// Streams a job's output to stdout, page by page.
+struct LogStream {
+    cursor: String,
+}
+
+impl LogStream {
+    /// Prints what is new; returns the number of lines and the job's state.
+    async fn pump(
+        &mut self,
+        p: &SchedulerProxy<'_>,
+        id: u64,
+        user: bool,
+    ) -> Result<(usize, String)> {
+        use std::io::Write;
+        let (lines, cursor, state) = p
+            .read_log(id, &self.cursor, 20_000)
+            .await
+            .map_err(|e| explain(e, user))?;
+        self.cursor = cursor;
+        let mut out = std::io::stdout().lock();
+        for l in &lines {
+            let _ = writeln!(out, "{l}");
+        }
+        let _ = out.flush();
+        Ok((lines.len(), state))
+    }
+
+    /// After the job ended: reads until the journal has nothing more (it may
+    /// still be writing the last lines when the unit ends).
+    async fn drain(&mut self, p: &SchedulerProxy<'_>, id: u64, user: bool) -> Result<()> {
+        let t0 = Instant::now();
+        let mut empty = 0;
+        while empty < 2 || t0.elapsed() < Duration::from_millis(300) {
+            let (n, _) = self.pump(p, id, user).await?;
+            empty = if n == 0 { empty + 1 } else { 0 };
+            if t0.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+}
+
+async fn log(a: LogArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let mut stream = LogStream {
+        cursor: String::new(),
+    };
+    loop {
+        let (n, state) = stream.pump(&p, a.id, user).await?;
+        let done = !matches!(state.as_str(), "PENDING" | "RUNNING");
+        if done {
+            stream.drain(&p, a.id, user).await?;
+            return Ok(0);
+        }
+        if !a.follow && n == 0 {
+            return Ok(0);
+        }
+        if a.follow && n == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
@@ -447,6 +528,17 @@ fn dict_to_json(d: &Dict) -> serde_json::Value {
 
 async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
+    if let (Some(id), true) = (a.id, a.log) {
+        drop(p);
+        return log(
+            LogArgs {
+                id,
+                follow: a.follow,
+            },
+            user,
+        )
+        .await;
+    }
     if let Some(id) = a.id {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
         if a.json {

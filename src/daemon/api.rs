@@ -366,6 +366,26 @@ impl SchedulerApi {
         Ok(out)
     }
 
+    /// Up to `max_lines` lines of a job's output after `cursor` ("" = from the start),
+    /// for its owner and root. Returns the lines, the cursor to pass next, and the
+    /// job's state when read: once it is final, read until `lines` comes back empty.
+    #[zbus(out_args("lines", "cursor", "state"))]
+    async fn read_log(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+        cursor: &str,
+        max_lines: u32,
+    ) -> Result<(Vec<String>, String, String), ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        if cursor.len() > 4096 {
+            return Err(ApiError::InvalidArgs("cursor too long".into()));
+        }
+        let (lines, cursor, state) = self.daemon.read_log(uid, id, cursor, max_lines).await?;
+        Ok((lines, cursor, state.name().to_string()))
+    }
+
     /// The machine: NUMA nodes, devices with states and holders, policy and limits.
     #[zbus(out_args("machine"))]
     async fn get_machine(&self) -> Result<Dict, ApiError> {

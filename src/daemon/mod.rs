@@ -3,6 +3,7 @@
 pub mod api;
 pub mod error;
 pub mod job;
+pub mod journal;
 pub mod options;
 pub mod outcome;
 pub mod run;

@@ -286,6 +286,45 @@ impl Daemon {
         }
     }
 
+    /// A page of job `id`'s output after `cursor`, for its owner and root.
+    /// Returns the lines, the cursor to continue from, and the job's state when
+    /// the page was read (a final state means: read until a page comes back empty).
+    pub async fn read_log(
+        &self,
+        uid: u32,
+        id: JobId,
+        cursor: &str,
+        max: u32,
+    ) -> ApiResult<(Vec<String>, String, JobState)> {
+        let (unit, state) = {
+            let st = self.state.lock().await;
+            let job = st
+                .jobs
+                .get(&id)
+                .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+            if !Self::owns(uid, job) {
+                return Err(ApiError::PermissionDenied(format!(
+                    "job {id} belongs to {}; only its owner and root may read its output",
+                    job.user
+                )));
+            }
+            (job.unit.clone(), job.state)
+        };
+        if state == JobState::Pending {
+            return Ok((Vec::new(), cursor.to_string(), state));
+        }
+        let page = super::journal::read(
+            id,
+            &unit,
+            cursor,
+            max.clamp(1, 100_000),
+            self.settings.unit.user_mode,
+        )
+        .await
+        .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))?;
+        Ok((page.lines, page.cursor, state))
+    }
+
     /// One scheduling pass: start what fits.
     pub async fn schedule(&self) {
         let mut st = self.state.lock().await;

@@ -22,6 +22,7 @@ rc=0; out=$(as_user alice xrun -g 0 bash -c 'echo hello; exit 7' 2>&1) || rc=$?
 echo "$out"
 assert_eq 7 "$rc" "xrun exit code"
 assert_contains "$out" "Task started."
+assert_contains "$out" "hello" "xrun streams the job's output"
 
 check "the job runs as alice, pinned to one CPU and its node's memory"
 rm -f /home/alice/status.txt
@@ -87,10 +88,25 @@ wait_for "as_user alice xqueue $id 2>/dev/null | grep -q 'State: FAILED'" 90
 assert_contains "$(as_user alice xqueue $id)" "Exit code: 3"
 assert_eq "" "$(systemctl list-units --all --plain --no-legend "xlurm-job-$id.service")" "unit collected"
 
-check "journalctl -u shows a job's output"
+check "journalctl -u shows a job's output; xlurm log gives it to its owner only"
 rc=0; as_user alice xrun -g 0 bash -c 'echo marker-$XLURM_JOB_ID' || rc=$?
 last=$(as_user alice xqueue --all --mine | awk 'NR>1 {id=$1} END {print id}')
 wait_for "journalctl -u xlurm-job-$last.service | grep -q marker-$last" 30
+assert_contains "$(as_user alice xlurm log $last)" "marker-$last"
+assert_contains "$(as_user alice xqueue $last --log)" "marker-$last"
+rc=0; out=$(as_user bob xlurm log $last 2>&1) || rc=$?
+assert_eq 1 "$rc" "bob cannot read alice's output"
+assert_contains "$out" "only its owner and root"
+
+check "xlurm log -f follows a chatty job to its end"
+out=$(as_user alice xbatch --wrap 'for i in $(seq 1 2000); do echo line-$i; done; sleep 1; echo done-marker' 2>&1)
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+t0=$(date +%s.%N)
+log=$(as_user alice xlurm log -f "$id")
+t1=$(date +%s.%N)
+assert_eq 2001 "$(echo "$log" | grep -c -E '^(line-[0-9]+|done-marker)$')" "every line arrived once"
+assert_contains "$log" "done-marker"
+note "followed 2001 lines in $(awk "BEGIN {print $t1 - $t0}") s"
 
 check "busctl introspect matches dbus/org.xlurm.Scheduler1.xml"
 busctl --xml-interface introspect org.xlurm.Scheduler1 /org/xlurm/Scheduler1 \

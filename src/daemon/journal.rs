@@ -1,0 +1,110 @@
+//! Reading a job's output back from the journal, for its owner.
+//!
+//! Job output goes to the journal (`StandardOutput=journal`) tagged with
+//! `XLURM_JOB_ID=<id>` (`LogExtraFields`). Owners need no journal group: the
+//! daemon (root) reads the entries with `journalctl --output=json` (one JSON
+//! object per entry: structured, not text scraping) and hands them over in
+//! pages, resuming from the journal cursor the previous page ended at.
+
+use anyhow::{Context, Result};
+
+/// One page of a job's output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    pub lines: Vec<String>,
+    /// Where the next page starts; empty if nothing was read yet.
+    pub cursor: String,
+}
+
+/// The `MESSAGE` of an entry: a string, or an array of bytes for non-UTF-8 text.
+fn message(v: &serde_json::Value) -> Option<String> {
+    match v.get("MESSAGE")? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(bytes) => {
+            let raw: Vec<u8> = bytes
+                .iter()
+                .filter_map(|b| b.as_u64().map(|b| b as u8))
+                .collect();
+            Some(String::from_utf8_lossy(&raw).into_owned())
+        }
+        _ => None,
+    }
+}
+
+/// Parses `journalctl --output=json` text into a page.
+pub fn parse(text: &str, previous_cursor: &str) -> Page {
+    let mut page = Page {
+        lines: Vec::new(),
+        cursor: previous_cursor.to_string(),
+    };
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(m) = message(&v) {
+            page.lines.push(m);
+        }
+        if let Some(c) = v.get("__CURSOR").and_then(|c| c.as_str()) {
+            page.cursor = c.to_string();
+        }
+    }
+    page
+}
+
+/// Reads up to `max` entries of job `id` after `cursor` (from the start if empty).
+/// `user_mode` reads the user's own journal.
+pub async fn read(id: u64, unit: &str, cursor: &str, max: u32, user_mode: bool) -> Result<Page> {
+    let mut cmd = tokio::process::Command::new("journalctl");
+    cmd.args(["--output=json", "--no-pager", "--quiet"]);
+    cmd.arg(if user_mode { "--user" } else { "--system" });
+    cmd.arg(format!(
+        "{}={unit}",
+        if user_mode {
+            "_SYSTEMD_USER_UNIT"
+        } else {
+            "_SYSTEMD_UNIT"
+        }
+    ));
+    cmd.arg(format!("XLURM_JOB_ID={id}"));
+    if !cursor.is_empty() {
+        cmd.arg(format!("--after-cursor={cursor}"));
+    }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = cmd.output().await.context("running journalctl")?;
+    if !out.status.success() && out.stdout.is_empty() {
+        anyhow::bail!(
+            "journalctl failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Keep the first `max` entries; the cursor is that of the last one kept.
+    let kept: Vec<&str> = text.lines().take(max as usize).collect();
+    Ok(parse(&kept.join("\n"), cursor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_entries_text_and_bytes_and_keeps_the_last_cursor() {
+        let text = concat!(
+            r#"{"__CURSOR":"s=1;i=1","MESSAGE":"hello"}"#,
+            "\n",
+            r#"{"__CURSOR":"s=1;i=2","MESSAGE":[104,105,255]}"#,
+            "\n",
+            "not json\n",
+            r#"{"__CURSOR":"s=1;i=3"}"#,
+            "\n",
+        );
+        let page = parse(text, "start");
+        assert_eq!(
+            page.lines,
+            vec!["hello".to_string(), "hi\u{fffd}".to_string()]
+        );
+        assert_eq!(page.cursor, "s=1;i=3");
+        assert_eq!(parse("", "c0").cursor, "c0");
+    }
+}
