@@ -557,12 +557,22 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     filter.insert(k, v);
     let jobs = p.list_jobs(filter).await.map_err(|e| explain(e, user))?;
     if a.json {
-        let arr: Vec<serde_json::Value> = jobs.iter().map(dict_to_json).collect();
-        println!("{}", serde_json::to_string_pretty(&arr)?);
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(0);
     }
-    let now = crate::daemon::service::now_usec();
-    println!(
+    print!(
+        "{}",
+        queue_table(&jobs, a.all, crate::daemon::service::now_usec())
+    );
+    Ok(0)
+}
+
+/// The `xqueue` table. `now` is microseconds since the epoch.
+pub fn queue_table(jobs: &[crate::daemon::api::JobSummary], all: bool, now: u64) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
         "ID",
         "USER",
@@ -573,53 +583,39 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
         "MEM",
         "START",
         "TIME",
-        if a.all { "EXIT/REASON" } else { "REASON" }
+        if all { "EXIT/REASON" } else { "REASON" }
     );
-    for j in &jobs {
-        let state = get_str(j, "state");
-        let start = get::<u64>(j, "start_time").unwrap_or(0);
-        let end = get::<u64>(j, "end_time").unwrap_or(0);
-        let submit = get::<u64>(j, "submit_time").unwrap_or(0);
-        let time = match state.as_str() {
-            "PENDING" => now.saturating_sub(submit),
-            "RUNNING" => now.saturating_sub(start),
-            _ if start > 0 => end.saturating_sub(start),
+    for j in jobs {
+        let time = match j.state.as_str() {
+            "PENDING" => now.saturating_sub(j.submit_time),
+            "RUNNING" => now.saturating_sub(j.start_time),
+            _ if j.start_time > 0 => j.end_time.saturating_sub(j.start_time),
             _ => 0,
         } / 1_000_000;
-        let devices =
-            get::<String>(j, "devices").unwrap_or_else(|| get_str(j, "devices_requested"));
-        let mem = format!(
-            "{}{}",
-            format_bytes(get::<u64>(j, "mem").unwrap_or(0)),
-            if get::<bool>(j, "spread").unwrap_or(false) {
-                "+"
-            } else {
-                ""
-            }
-        );
-        let last = match state.as_str() {
-            "PENDING" => get_str(j, "reason"),
+        let mem = format!("{}{}", format_bytes(j.mem), if j.spread { "+" } else { "" });
+        let last = match j.state.as_str() {
+            "PENDING" => j.reason.clone(),
             "RUNNING" => String::new(),
-            _ => get::<i32>(j, "exit_code")
-                .map(|c| c.to_string())
-                .unwrap_or_default(),
+            _ if j.exit_code >= 0 => j.exit_code.to_string(),
+            _ => String::new(),
         };
-        let name: String = get_str(j, "name").chars().take(16).collect();
-        println!(
+        let name: String = j.name.chars().take(16).collect();
+        let _ = writeln!(
+            out,
             "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
-            get::<u64>(j, "id").unwrap_or(0),
-            get_str(j, "user"),
+            j.id,
+            j.user,
             name,
-            state,
-            devices,
-            get::<u32>(j, "cpus").unwrap_or(0),
+            j.state,
+            j.devices,
+            j.cpus,
             mem,
-            local_time(start, a.all),
+            local_time(j.start_time, all),
             duration(time),
             last
         );
     }
-    Ok(0)
+    out
 }
 
 fn show_job(job: &Dict) {
@@ -775,6 +771,51 @@ mod tests {
         assert_eq!(res.name.as_deref(), Some("train"));
         assert!(res.exclusive);
         assert_eq!(unsupported, vec!["--partition"]);
+    }
+
+    fn summary(id: u64, state: &str) -> crate::daemon::api::JobSummary {
+        crate::daemon::api::JobSummary {
+            id,
+            name: "a-very-long-job-name-indeed".into(),
+            uid: 1001,
+            user: "alice".into(),
+            state: state.into(),
+            reason: if state == "PENDING" {
+                "Priority (held for an earlier job)".into()
+            } else {
+                String::new()
+            },
+            submit_time: 1_000_000,
+            start_time: 0,
+            end_time: 0,
+            time_limit: 60,
+            cpus: 2,
+            mem: 3 << 30,
+            spread: true,
+            devices: "auto:1".into(),
+            exit_code: if state == "FAILED" { 7 } else { -1 },
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn queue_table_snapshot() {
+        let jobs = vec![summary(1, "PENDING"), summary(2, "FAILED")];
+        let table = queue_table(&jobs, true, 3_661_000_000 + 1_000_000);
+        let want = concat!(
+            "    ID USER       NAME             STATE         DEVICES    CPUS     MEM START                TIME EXIT/REASON\n",
+            "     1 alice      a-very-long-job- PENDING       auto:1        2     3G+ -                01:01:01 Priority (held for an earlier job)\n",
+            "     2 alice      a-very-long-job- FAILED        auto:1        2     3G+ -                00:00:00 7\n",
+        );
+        assert_eq!(table, want);
+        let json = serde_json::to_value(&jobs[0]).unwrap();
+        assert_eq!(json["state"], "PENDING");
+        assert_eq!(json["exit_code"], -1);
+        assert_eq!(
+            json.as_object().unwrap().len(),
+            16,
+            "the documented JSON schema has 16 keys"
+        );
     }
 
     #[test]

@@ -481,6 +481,11 @@ impl Scheduler {
     pub fn reserved_start(&self) -> Option<(JobId, u64)> {
         Some((self.last.head?, self.last.shadow?))
     }
+
+    /// The first job the last pass could not start (the head), if any.
+    pub fn head(&self) -> Option<JobId> {
+        self.last.head
+    }
 }
 
 /// When the blocked `head` can start if running jobs hold their resources

@@ -22,6 +22,64 @@ pub const ACTION_MANAGE: &str = "org.xlurm.scheduler.manage";
 
 pub type Dict = HashMap<String, OwnedVariant>;
 
+/// One line of the queue as `ListJobs` returns it: D-Bus struct
+/// `(tsusssttttutbsit)`. A fixed struct, not `a{sv}`, so that listing
+/// 100,000 jobs stays cheap; `GetJob` has everything else.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
+pub struct JobSummary {
+    pub id: u64,
+    pub name: String,
+    pub uid: u32,
+    pub user: String,
+    /// PENDING, RUNNING, COMPLETED, ...
+    pub state: String,
+    /// Why a pending job waits; empty otherwise.
+    pub reason: String,
+    /// Microseconds since the epoch; 0 = not yet.
+    pub submit_time: u64,
+    pub start_time: u64,
+    pub end_time: u64,
+    /// Seconds.
+    pub time_limit: u64,
+    pub cpus: u32,
+    /// Memory budget in bytes.
+    pub mem: u64,
+    /// Whether CPUs or memory span several NUMA nodes.
+    pub spread: bool,
+    /// Requested devices while pending (`cpu`, `auto:1`, `nv:[0,1]`), allocated ones after.
+    pub devices: String,
+    /// The exit code xrun reports; -1 while the job has none.
+    pub exit_code: i32,
+    /// How the job ended, in a line; empty while it runs.
+    pub detail: String,
+}
+
+/// A job's summary line.
+pub fn summary(job: &Job, reason: String) -> JobSummary {
+    JobSummary {
+        id: job.id,
+        name: job.name.clone(),
+        uid: job.uid,
+        user: job.user.clone(),
+        state: job.state.name().to_string(),
+        reason,
+        submit_time: job.submit_usec,
+        start_time: job.start_usec,
+        end_time: job.end_usec,
+        time_limit: job.demand.time_limit_secs,
+        cpus: job.demand.cpus,
+        mem: job.demand.mem_bytes,
+        spread: job.alloc.as_ref().is_some_and(|a| a.spread),
+        devices: devices_allocated(job).unwrap_or_else(|| devices_requested(job)),
+        exit_code: job.exit_code().unwrap_or(-1),
+        detail: job
+            .outcome
+            .as_ref()
+            .map(|o| o.detail.clone())
+            .unwrap_or_default(),
+    }
+}
+
 pub struct SchedulerApi {
     pub daemon: Arc<Daemon>,
     /// Without a bus broker (tests over a p2p connection) everyone is this uid.
@@ -287,7 +345,7 @@ impl SchedulerApi {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         filter: Dict,
-    ) -> Result<Vec<Dict>, ApiError> {
+    ) -> Result<Vec<JobSummary>, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         let get_b = |k: &str| -> Result<bool, ApiError> {
             match filter.get(k) {
@@ -349,17 +407,32 @@ impl SchedulerApi {
                     None => finished || !j.state.is_final(),
                 }
         };
-        let mut out: Vec<Dict> = st
+        // Reasons depend only on the demand (and whether the job is the head):
+        // compute each distinct one once per listing.
+        let mut reasons: HashMap<(&crate::core::Demand, bool), String> = HashMap::new();
+        let head = st.sched.head();
+        let mut out: Vec<JobSummary> = st
             .jobs
             .values()
             .rev()
             .filter(keep)
             .take(limit)
             .map(|j| {
-                let reason = (j.state == JobState::Pending)
-                    .then(|| st.sched.reason(j.id).map(|r| r.to_string()))
-                    .flatten();
-                job_dict(j, reason, false)
+                let reason = if j.state == JobState::Pending {
+                    let key = (&j.demand, head == Some(j.id));
+                    reasons
+                        .entry(key)
+                        .or_insert_with(|| {
+                            st.sched
+                                .reason(j.id)
+                                .map(|r| r.to_string())
+                                .unwrap_or_default()
+                        })
+                        .clone()
+                } else {
+                    String::new()
+                };
+                summary(j, reason)
             })
             .collect();
         out.reverse();

@@ -56,7 +56,11 @@ pub fn parse(text: &str, previous_cursor: &str) -> Page {
 pub async fn read(id: u64, unit: &str, cursor: &str, max: u32, user_mode: bool) -> Result<Page> {
     let mut cmd = tokio::process::Command::new("journalctl");
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
-    cmd.arg(if user_mode { "--user" } else { "--system" });
+    // Not --system: journald files the output of a job running as alice in
+    // user-1001.journal (SplitMode=uid), which --system would skip.
+    if user_mode {
+        cmd.arg("--user");
+    }
     cmd.arg(format!(
         "{}={unit}",
         if user_mode {

@@ -13,6 +13,10 @@ pub const MAX_ENV_VARS: usize = 8_192;
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_DEVICE_IDS: usize = 1_024;
+/// Longest path the kernel (and systemd's `path_is_valid`) accepts, without the NUL.
+pub const MAX_PATH_BYTES: usize = 4_095;
+/// Longest path component (`NAME_MAX`).
+pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
 
 /// A checked submission, before it meets the machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +95,52 @@ fn check_text(what: &str, s: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Refuses a path no kernel call can take and systemd's `path_is_valid` rejects
+/// (a unit with such an `ExecStart=` is refused by systemd after the job was queued).
+fn check_path(what: &str, p: &str) -> Result<(), SpecError> {
+    if p.len() > MAX_PATH_BYTES {
+        return err(format!(
+            "{what} is too long ({} bytes; at most {MAX_PATH_BYTES})",
+            p.len()
+        ));
+    }
+    if p.split('/').any(|c| c.len() > MAX_PATH_COMPONENT_BYTES) {
+        return err(format!(
+            "{what} has a path component longer than {MAX_PATH_COMPONENT_BYTES} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `cwd` (absolute, checked by `parse`) is an existing directory as jobs
+/// will see it. xlurmd runs with `PrivateTmp=yes`, so it looks through
+/// `/proc/1/root` (the mount namespace of PID 1, where systemd starts jobs); where
+/// that is not readable (xlurmd --user, tests as a user) it looks at the path
+/// itself. What cannot be checked (permission denied) is let through: the job then
+/// ends LAUNCH_FAILED (CHDIR) with the reason.
+pub fn cwd_problem(cwd: &str) -> Option<String> {
+    use std::io::ErrorKind;
+    let through_pid1 = std::path::PathBuf::from(format!("/proc/1/root{cwd}"));
+    let meta = match std::fs::metadata(&through_pid1) {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => std::fs::metadata(cwd),
+        r => r,
+    };
+    match meta {
+        Ok(m) if m.is_dir() => None,
+        Ok(_) => Some(format!("working directory {cwd:?} is not a directory")),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            Some(format!("working directory {cwd:?} does not exist"))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            Some(format!("working directory {cwd:?} is not a directory"))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Some(format!(
+            "working directory {cwd:?} cannot be resolved (symbolic link loop)"
+        )),
+        Err(_) => None,
+    }
+}
+
 /// Checks a spec's keys, types and sizes. Resource checks against the machine
 /// happen later, in `core::request::validate`.
 pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
@@ -116,8 +166,11 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
     if script.is_none() && !argv[0].starts_with('/') {
         return err(format!(
             "argv[0] {:?} must be an absolute path (xrun and xbatch resolve it with your PATH)",
-            argv[0]
+            argv[0].chars().take(200).collect::<String>()
         ));
+    }
+    if script.is_none() {
+        check_path("argv[0]", &argv[0])?;
     }
     if let Some(s) = &script {
         if s.len() > MAX_SCRIPT_BYTES {
@@ -132,7 +185,14 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
     };
     check_text("cwd", &cwd)?;
     if !cwd.starts_with('/') {
-        return err(format!("working directory {cwd:?} is not an absolute path"));
+        return err(format!(
+            "working directory {:?} is not an absolute path",
+            cwd.chars().take(200).collect::<String>()
+        ));
+    }
+    check_path("the working directory", &cwd)?;
+    if let Some(problem) = cwd_problem(&cwd) {
+        return err(problem);
     }
     let env: Option<Vec<String>> = r.get("env")?;
     let clean_env: bool = r.get("clean_env")?.unwrap_or(false);
@@ -275,6 +335,22 @@ mod tests {
             (no_argv, "missing or empty"),
             (no_cwd, "\"cwd\" is missing"),
             (with("cwd", "relative/dir"), "not an absolute path"),
+            (
+                with("cwd", "/nonexistent/xlurm-spec-test"),
+                "does not exist",
+            ),
+            (with("cwd", "/proc/self/status"), "not a directory"),
+            (with("cwd", "/proc/self/status/x"), "not a directory"),
+            (
+                with("cwd", format!("/{}", "d".repeat(256))),
+                "longer than 255",
+            ),
+            (with("cwd", "/a".repeat(2048)), "too long"),
+            (
+                with("argv", vec![format!("/bin/{}", "x".repeat(256))]),
+                "longer than 255",
+            ),
+            (with("argv", vec!["/x".repeat(2048)]), "too long"),
             (
                 with("argv", vec!["echo".to_string()]),
                 "must be an absolute path",
