@@ -250,6 +250,7 @@ fn build(shape: Shape, q: Queue, pending: usize, policy: Policy) -> (Scheduler, 
 }
 
 struct Stats {
+    min: Duration,
     median: Duration,
     p90: Duration,
     max: Duration,
@@ -260,6 +261,7 @@ fn stats(mut times: Vec<Duration>, started: usize) -> Stats {
     times.sort_unstable();
     let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     Stats {
+        min: times[0],
         median: at(0.5),
         p90: at(0.9),
         max: *times.last().unwrap(),
@@ -312,17 +314,18 @@ fn time_release(base: &Scheduler, running: &[JobId], n: usize) -> Stats {
 
 fn header() {
     println!(
-        "{:<8} {:<9} {:<16} {:>8} {:>8} {:>8} {:>8}",
-        "machine", "queue", "policy", "median", "p90", "max", "started"
+        "{:<8} {:<9} {:<16} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "machine", "queue", "policy", "min", "median", "p90", "max", "started"
     );
 }
 
 fn row(machine: &str, queue: &str, policy: Policy, st: &Stats) {
     println!(
-        "{:<8} {:<9} {:<16} {} {} {} {:>8}",
+        "{:<8} {:<9} {:<16} {} {} {} {} {:>8}",
         machine,
         queue,
         policy.name(),
+        ms(st.min),
         ms(st.median),
         ms(st.p90),
         ms(st.max),

@@ -2,11 +2,12 @@
 # Build the Debian package of xlurm with cargo-deb (metadata: [package.metadata.deb] in
 # Cargo.toml; maintainer scripts: packaging/debian/).
 #
-#   packaging/build-deb.sh [--no-build] [--deb-version V] [--out DIR] [--lint]
+#   packaging/build-deb.sh [--no-build] [--deb-version V] [--out DIR] [--fast] [--lint]
 #
 #   --no-build        package target/release as it is (default: cargo build --release --locked)
 #   --deb-version V   the package version (default: Cargo.toml's version, revision 1: 0.1.0-1)
 #   --out DIR         where the .deb goes (default: target/debian); its path is printed last
+#   --fast            faster, weaker compression (test builds)
 #   --lint            run lintian on it (installed with apt-get when missing and root)
 #
 # Installs what it needs when missing: cargo-deb (cargo install, pinned, ~2.5 min once),
@@ -16,7 +17,7 @@ set -euo pipefail
 CARGO_DEB_VERSION=3.8.0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=1 version="" outdir="" lint=0
+build=1 version="" outdir="" lint=0 fast=0
 while [ $# -gt 0 ]; do
     case $1 in
         --no-build) build=0 ;;
@@ -24,8 +25,9 @@ while [ $# -gt 0 ]; do
         --deb-version=*) version=${1#*=} ;;
         --out) outdir=${2:?--out needs a directory}; shift ;;
         --out=*) outdir=${1#*=} ;;
+        --fast) fast=1 ;;
         --lint) lint=1 ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "build-deb.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -45,8 +47,9 @@ command -v dpkg-shlibdeps >/dev/null || apt_need+=(dpkg-dev)
 command -v strip >/dev/null || apt_need+=(binutils)
 [ $lint = 1 ] && ! command -v lintian >/dev/null && apt_need+=(lintian)
 if [ ${#apt_need[@]} -gt 0 ]; then
-    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-        || die "missing ${apt_need[*]}: install them (apt-get install ${apt_need[*]}) or run as root"
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        die "missing ${apt_need[*]}: install them (apt-get install ${apt_need[*]}) or run as root"
+    fi
     say "installing ${apt_need[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -qq --no-install-recommends "${apt_need[@]}" >/dev/null 2>&1 \
@@ -89,8 +92,11 @@ fi
 mkdir -p "$outdir"
 args=(--no-build --output "$outdir")
 [ -n "$version" ] && args+=(--deb-version "$version")
+[ $fast = 1 ] && args+=(--fast)
 say "cargo deb ${args[*]}"
-deb=$(cargo deb "${args[@]}" | tail -n 1)
+# (cargo-deb looks for unit files next to the maintainer scripts and warns that there are
+# none: the units are assets, listed in Cargo.toml.)
+deb=$(cargo deb "${args[@]}" 2> >(grep -v 'No usable systemd units found' >&2) | tail -n 1)
 [ -f "$deb" ] || die "cargo deb did not report a package (got: $deb)"
 
 if [ $lint = 1 ]; then

@@ -338,3 +338,50 @@ async fn the_served_interface_matches_dbus_xml() {
         "dbus/org.xlurm.Scheduler1.xml is out of date: rerun with XLURM_BLESS=1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_has_an_object_whose_properties_follow_it() {
+    let e = env(Mode::Run).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c
+        .submit(spec(&["/bin/sh", "-c", "sleep 0.3; exit 4"]))
+        .await
+        .unwrap();
+    let conn = e.bus.connect().await.unwrap();
+    let job_path = format!("/org/xlurm/Scheduler1/job/{id}");
+    let props = zbus::fdo::PropertiesProxy::builder(&conn)
+        .destination("org.xlurm.Scheduler1")
+        .path(job_path.as_str())
+        .build()
+        .await
+        .unwrap();
+    let iface = zbus::names::InterfaceName::try_from("org.xlurm.Job1").unwrap();
+    let mut changes = props.receive_properties_changed().await.unwrap();
+    wait_state(&c, id, "FAILED").await;
+    let all = props.get_all(iface.clone()).await.unwrap();
+    assert_eq!(get::<u64>(&all, "Id"), Some(id));
+    assert_eq!(get_str(&all, "State"), "FAILED");
+    assert_eq!(get::<i32>(&all, "ExitCode"), Some(4));
+    assert_eq!(get_str(&all, "Unit"), format!("xlurm-job-{id}.service"));
+    assert!(
+        get_str(&all, "Allocated").starts_with("cpus=0 mem_nodes=0"),
+        "{}",
+        get_str(&all, "Allocated")
+    );
+    assert!(
+        !all.contains_key("Argv") && !all.contains_key("Environment"),
+        "no command on the public object"
+    );
+    // A PropertiesChanged signal carried the state.
+    use futures_util::StreamExt;
+    let mut saw = Vec::new();
+    while let Ok(Some(sig)) = tokio::time::timeout(Duration::from_millis(500), changes.next()).await
+    {
+        let args = sig.args().unwrap();
+        if let Some(v) = args.changed_properties().get("State") {
+            saw.push(String::try_from(v.try_clone().unwrap()).unwrap());
+        }
+    }
+    assert!(saw.contains(&"FAILED".to_string()), "{saw:?}");
+}

@@ -54,7 +54,7 @@ type QueueKey = (u32, JobId);
 struct Queued {
     need: Need,
     time_limit_secs: u64,
-    demand: Box<Demand>,
+    demand: Demand,
 }
 
 #[derive(Debug, Clone)]
@@ -211,7 +211,7 @@ impl Scheduler {
         let queued = Queued {
             need: Need::of(&demand),
             time_limit_secs: demand.time_limit_secs,
-            demand: Box::new(demand),
+            demand,
         };
         self.queue.insert((rank, id), queued);
     }
@@ -228,7 +228,7 @@ impl Scheduler {
         self.ranks
             .get(&id)
             .and_then(|r| self.queue.get(&(*r, id)))
-            .map(|q| &*q.demand)
+            .map(|q| &q.demand)
     }
 
     /// Records a job that already holds `alloc` (one re-adopted after a restart).
@@ -279,7 +279,7 @@ impl Scheduler {
         let old = std::mem::take(&mut self.queue);
         self.ranks.clear();
         for ((_, id), q) in old {
-            self.enqueue(id, *q.demand);
+            self.enqueue(id, q.demand);
         }
     }
 
@@ -364,7 +364,7 @@ impl Scheduler {
                     continue;
                 }
             }
-            let demand = &*queued.demand;
+            let demand = &queued.demand;
             let shape = Shape::of(demand, short);
             if failed.contains(&shape) {
                 continue;

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod error;
 pub mod job;
+pub mod job_object;
 pub mod journal;
 pub mod options;
 pub mod outcome;

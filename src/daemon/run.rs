@@ -328,8 +328,21 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     // Signals for state changes.
     {
         let conn = conn.clone();
+        let d = daemon.clone();
+        let active: Vec<(u64, super::job::JobState)> = {
+            let st = daemon.state.lock().await;
+            st.jobs
+                .values()
+                .filter(|j| !j.state.is_final())
+                .map(|j| (j.id, j.state))
+                .collect()
+        };
+        for (id, state) in active {
+            super::job_object::on_change(&conn, &daemon, id, state).await;
+        }
         tasks.push(tokio::spawn(async move {
             while let Some((id, state)) = changes.recv().await {
+                super::job_object::on_change(&conn, &d, id, state).await;
                 if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
                     let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
                 }

@@ -215,12 +215,16 @@ impl Daemon {
                 "could not record the job, nothing was queued: {e:#}"
             )));
         }
+        let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
         for job in new_jobs {
             st.sched.enqueue(job.id, job.demand.clone());
             *st.pending_per_user.entry(uid).or_insert(0) += 1;
             st.jobs.insert(job.id, job);
         }
         drop(st);
+        for id in new_ids {
+            self.changed(id, JobState::Pending);
+        }
         self.kick.notify_one();
         Ok(out)
     }

@@ -122,22 +122,28 @@ pub fn cwd_problem(cwd: &str) -> Option<String> {
     use std::io::ErrorKind;
     let through_pid1 = std::path::PathBuf::from(format!("/proc/1/root{cwd}"));
     let meta = match std::fs::metadata(&through_pid1) {
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => std::fs::metadata(cwd),
+        Err(e)
+            if e.kind() == ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(libc::ENAMETOOLONG) =>
+        {
+            std::fs::metadata(cwd)
+        }
         r => r,
     };
+    let short: String = cwd.chars().take(200).collect();
     match meta {
         Ok(m) if m.is_dir() => None,
-        Ok(_) => Some(format!("working directory {cwd:?} is not a directory")),
+        Ok(_) => Some(format!("working directory {short:?} is not a directory")),
+        // The daemon may not look (xlurmd --user, a directory closed to it): the
+        // job's own chdir decides.
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => None,
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            Some(format!("working directory {cwd:?} does not exist"))
+            Some(format!("working directory {short:?} does not exist"))
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-            Some(format!("working directory {cwd:?} is not a directory"))
+            Some(format!("working directory {short:?} is not a directory"))
         }
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Some(format!(
-            "working directory {cwd:?} cannot be resolved (symbolic link loop)"
-        )),
-        Err(_) => None,
+        Err(e) => Some(format!("working directory {short:?} cannot be used: {e}")),
     }
 }
 

@@ -1,11 +1,35 @@
 #!/bin/bash
-# Install the staged project into the VM the way a user install would (tests/vm/guest-runner.sh
-# calls it before the scenarios). A packaging issue later replaces this with a .deb.
-#   guest-install.sh SRC    (SRC holds target/release/, units/, dbus/, packaging/)
+# Install the staged project into the VM the way a user would (tests/vm/guest-runner.sh calls
+# it before the scenarios):
+#   - with a staged package (debs/xlurm_*.deb, built by tests/vm/run with
+#     packaging/build-deb.sh): `apt-get install ./debs/xlurm_*.deb`, as the README says; the
+#     package's maintainer scripts reload systemd and D-Bus and enable and start xlurmd;
+#   - otherwise the plain files: binaries to /usr/bin (+ the five command names), units,
+#     bus and polkit files, then daemon-reload and a D-Bus reload (xlurmd is not started).
+#   guest-install.sh SRC    (SRC holds debs/ or target/release/, units/, dbus/, packaging/)
 set -euo pipefail
 src=${1:?usage: guest-install.sh SRC}
 cd "$src"
 shopt -s nullglob globstar
+
+debs=(debs/xlurm_*.deb)
+if [ ${#debs[@]} -gt 1 ]; then
+    echo "more than one package staged: ${debs[*]}" >&2
+    exit 1
+fi
+if [ ${#debs[@]} = 1 ]; then
+    # The image is minimised: its dpkg config (/etc/dpkg/dpkg.cfg.d/99mmdebstrap) drops
+    # /usr/share/man and /usr/share/doc. Keep xlurm's, so the scenarios can check them
+    # (read after 99mmdebstrap, so these includes win).
+    printf '%s\n' '# tests/vm/guest-install.sh: keep the files of the xlurm package' \
+        'path-include=/usr/share/man/man1/x*' 'path-include=/usr/share/man/man8/xlurmd*' \
+        'path-include=/usr/share/doc/xlurm/*' >/etc/dpkg/dpkg.cfg.d/zz-xlurm-vm
+    echo "apt-get install ./${debs[0]}"
+    # No network in the guest: every dependency must already be in the image.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "./${debs[0]}"
+    dpkg -s xlurm | grep -E '^(Status|Version):'
+    exit 0
+fi
 
 n=0
 put() {   # put MODE FILE DESTDIR

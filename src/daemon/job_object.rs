@@ -1,0 +1,258 @@
+//! org.xlurm.Job1: one D-Bus object per job at `/org/xlurm/Scheduler1/job/<id>`.
+//!
+//! Objects exist while a job is pending or running and for a while after it
+//! ends (`OBJECT_LINGER`), so a client watching it sees the final state;
+//! afterwards `GetJob` still answers for as long as the job is retained.
+//! Properties carry the queue summary only (never command, environment or
+//! output), so they are readable by everyone like the queue itself.
+
+use super::error::ApiError;
+use super::job::{Job, JobState};
+use super::service::Daemon;
+use crate::core::JobId;
+use std::sync::Arc;
+use std::time::Duration;
+use zbus::message::Header;
+use zbus::Connection;
+
+/// How long a finished job's object stays on the bus.
+pub const OBJECT_LINGER: Duration = Duration::from_secs(600);
+
+pub fn job_path(id: JobId) -> String {
+    format!("{}/job/{id}", super::api::PATH)
+}
+
+pub struct JobObject {
+    pub daemon: Arc<Daemon>,
+    pub id: JobId,
+}
+
+impl JobObject {
+    async fn with<T>(&self, f: impl FnOnce(&Job) -> T, default: T) -> T {
+        let st = self.daemon.state.lock().await;
+        st.jobs.get(&self.id).map(f).unwrap_or(default)
+    }
+}
+
+#[zbus::interface(name = "org.xlurm.Job1")]
+impl JobObject {
+    /// Cancels this job (its owner, or an admin through polkit: see Scheduler1.Cancel).
+    async fn cancel(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let sender = hdr
+            .sender()
+            .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let uid = dbus
+            .get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))?;
+        let owner = self.with(|j| j.uid, uid).await;
+        if owner != uid && uid != 0 {
+            return Err(ApiError::PermissionDenied(format!(
+                "job {} is not yours; admins cancel it through org.xlurm.Scheduler1.Cancel",
+                self.id
+            )));
+        }
+        Ok(self
+            .daemon
+            .cancel(uid, self.id, false)
+            .await?
+            .name()
+            .to_string())
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn id(&self) -> u64 {
+        self.id
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn name(&self) -> String {
+        self.with(|j| j.name.clone(), String::new()).await
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn user(&self) -> String {
+        self.with(|j| j.user.clone(), String::new()).await
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn uid(&self) -> u32 {
+        self.with(|j| j.uid, 0).await
+    }
+    /// PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, LAUNCH_FAILED, LOST.
+    #[zbus(property)]
+    async fn state(&self) -> String {
+        self.with(|j| j.state.name().to_string(), String::new())
+            .await
+    }
+    /// Why it waits, while pending.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn reason(&self) -> String {
+        let st = self.daemon.state.lock().await;
+        st.sched
+            .reason(self.id)
+            .map(|r| r.to_string())
+            .unwrap_or_default()
+    }
+    /// Microseconds since the epoch.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn submit_time(&self) -> u64 {
+        self.with(|j| j.submit_usec, 0).await
+    }
+    #[zbus(property)]
+    async fn start_time(&self) -> u64 {
+        self.with(|j| j.start_usec, 0).await
+    }
+    #[zbus(property)]
+    async fn end_time(&self) -> u64 {
+        self.with(|j| j.end_usec, 0).await
+    }
+    /// Requested resources as `xqueue` shows them (`cpus=2 mem=4G devices=nv:1`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn requested(&self) -> String {
+        self.with(
+            |j| {
+                format!(
+                    "cpus={} mem={} devices={} time_limit={}s",
+                    j.demand.cpus,
+                    crate::core::request::format_bytes(j.demand.mem_bytes),
+                    super::api::devices_requested(j),
+                    j.demand.time_limit_secs
+                )
+            },
+            String::new(),
+        )
+        .await
+    }
+    /// The allocated CPU list, memory nodes and devices once started.
+    #[zbus(property)]
+    async fn allocated(&self) -> String {
+        self.with(
+            |j| match &j.alloc {
+                Some(a) => format!(
+                    "cpus={} mem_nodes={} devices={}{}",
+                    a.cpus,
+                    a.mem_nodes,
+                    super::api::devices_allocated(j).unwrap_or_default(),
+                    if a.spread { " spread" } else { "" }
+                ),
+                None => String::new(),
+            },
+            String::new(),
+        )
+        .await
+    }
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn unit(&self) -> String {
+        self.with(|j| j.unit.clone(), String::new()).await
+    }
+    #[zbus(property)]
+    async fn invocation_id(&self) -> String {
+        self.with(|j| j.invocation_id.clone(), String::new()).await
+    }
+    /// The exit code xrun reports; -1 while it has none.
+    #[zbus(property)]
+    async fn exit_code(&self) -> i32 {
+        self.with(|j| j.exit_code().unwrap_or(-1), -1).await
+    }
+    /// systemd's Result of the unit (`success`, `exit-code`, `oom-kill`, ...).
+    #[zbus(property)]
+    async fn result(&self) -> String {
+        self.with(
+            |j| {
+                j.outcome
+                    .as_ref()
+                    .map(|o| o.result.clone())
+                    .unwrap_or_default()
+            },
+            String::new(),
+        )
+        .await
+    }
+    /// How it ended, in one line.
+    #[zbus(property)]
+    async fn detail(&self) -> String {
+        self.with(
+            |j| {
+                j.outcome
+                    .as_ref()
+                    .map(|o| o.detail.clone())
+                    .unwrap_or_default()
+            },
+            String::new(),
+        )
+        .await
+    }
+    #[zbus(property, name = "CPUTimeNSec")]
+    async fn cpu_time_nsec(&self) -> u64 {
+        self.with(
+            |j| j.outcome.as_ref().and_then(|o| o.cpu_nsec).unwrap_or(0),
+            0,
+        )
+        .await
+    }
+    #[zbus(property)]
+    async fn memory_peak(&self) -> u64 {
+        self.with(
+            |j| j.outcome.as_ref().and_then(|o| o.memory_peak).unwrap_or(0),
+            0,
+        )
+        .await
+    }
+}
+
+/// Publishes, updates and retires job objects as jobs change state.
+pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state: JobState) {
+    let path = job_path(id);
+    let server = conn.object_server();
+    if state == JobState::Pending {
+        let _ = server
+            .at(
+                path.as_str(),
+                JobObject {
+                    daemon: daemon.clone(),
+                    id,
+                },
+            )
+            .await;
+        return;
+    }
+    if let Ok(iface) = server.interface::<_, JobObject>(path.as_str()).await {
+        let obj = iface.get().await;
+        let em = iface.signal_emitter();
+        let _ = obj.state_changed(em).await;
+        let _ = obj.start_time_changed(em).await;
+        let _ = obj.allocated_changed(em).await;
+        let _ = obj.invocation_id_changed(em).await;
+        if state.is_final() {
+            let _ = obj.end_time_changed(em).await;
+            let _ = obj.exit_code_changed(em).await;
+            let _ = obj.result_changed(em).await;
+            let _ = obj.detail_changed(em).await;
+            let _ = obj.c_p_u_time_n_sec_changed(em).await;
+            let _ = obj.memory_peak_changed(em).await;
+        }
+    } else if !state.is_final() {
+        let _ = server
+            .at(
+                path.as_str(),
+                JobObject {
+                    daemon: daemon.clone(),
+                    id,
+                },
+            )
+            .await;
+    }
+    if state.is_final() {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(OBJECT_LINGER).await;
+            let _ = conn
+                .object_server()
+                .remove::<JobObject, _>(path.as_str())
+                .await;
+        });
+    }
+}
