@@ -337,6 +337,33 @@ async fn the_served_interface_matches_dbus_xml() {
         live,
         "dbus/org.xlurm.Scheduler1.xml is out of date: rerun with XLURM_BLESS=1"
     );
+
+    // org.xlurm.Job1 on a job's object.
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    let job_path = format!("/org/xlurm/Scheduler1/job/{id}");
+    let intro = zbus::fdo::IntrospectableProxy::builder(&conn)
+        .destination("org.xlurm.Scheduler1")
+        .path(job_path.as_str())
+        .build()
+        .await
+        .unwrap();
+    let live = interface_block(&intro.introspect().await.unwrap(), "org.xlurm.Job1");
+    assert!(live.contains("<property name=\"State\""), "{live}");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/dbus/org.xlurm.Job1.xml");
+    if std::env::var_os("XLURM_BLESS").is_some() {
+        let doc = format!(
+            "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<!-- org.xlurm.Job1 at /org/xlurm/Scheduler1/job/ID. Generated from the running daemon\n     (XLURM_BLESS=1 cargo test --test daemon_fake the_served_interface) and checked by that test. -->\n<node>\n{}\n</node>\n",
+            live.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+        );
+        std::fs::write(path, doc).unwrap();
+    }
+    let doc = std::fs::read_to_string(path).expect("dbus/org.xlurm.Job1.xml exists");
+    assert_eq!(
+        interface_block(&doc, "org.xlurm.Job1"),
+        live,
+        "dbus/org.xlurm.Job1.xml is out of date: rerun with XLURM_BLESS=1"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
