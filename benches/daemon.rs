@@ -39,6 +39,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
     ServeConfig {
         machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
         accel: vec![],
+        object_linger: std::time::Duration::from_secs(1),
         policy: Policy::FifoStrict,
         limits: Limits {
             max_running: 1,
@@ -186,7 +187,36 @@ async fn main() {
         );
     }
     println!(
-        "daemon RSS holding {total}+ pending jobs:     {:>8.1} MiB (goal < 64 MiB with 100,000 finished; pending jobs hold more)",
+        "daemon RSS holding {total}+ pending jobs (objects, environments):     {:>8.1} MiB (goal < 64 MiB with 100,000 finished; pending jobs hold more)",
+        rss_mib(child.id())
+    );
+    // Finish them all (cancel: the quickest way through), then measure again.
+    let ids: Vec<u64> = c
+        .list_jobs(HashMap::from([entry("all_users", true)]))
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    let mut tasks = Vec::new();
+    for chunk in ids.chunks(ids.len().div_ceil(8).max(1)) {
+        let chunk = chunk.to_vec();
+        let p = SchedulerProxy::new(&bus.connect().await.unwrap())
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            for id in chunk {
+                let _ = p.cancel(id).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB)",
+        ids.len(),
         rss_mib(child.id())
     );
     let _ = child.kill();

@@ -345,6 +345,21 @@ fn main() {
         .and_then(|i| args.get(i + 1).cloned());
     let wanted = |label: &str| only.as_ref().map_or(true, |o| label.contains(o.as_str()));
     let passes = if quick { 5 } else { PASSES };
+    // `--repeat N`: N passes on one scheduler (1024cpu, hard queue,
+    // easy-backfill), no clones: for `perf stat`.
+    if let Some(reps) = args
+        .iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1)?.parse::<usize>().ok())
+    {
+        let (mut s, _) = build(MACHINES[1], Queue::Hard, 100_000, Policy::EasyBackfill);
+        let t = Instant::now();
+        for _ in 0..reps {
+            black_box(s.schedule(black_box(NOW)));
+        }
+        println!("{reps} passes: {:.3} ms each", t.elapsed().as_secs_f64() * 1e3 / reps as f64);
+        return;
+    }
     let n = if quick { 10_000 } else { 100_000 };
     println!(
         "xlurm scheduling pass: {n} pending jobs, times in ms over {passes} passes \

@@ -148,7 +148,7 @@ put 0644 "$root/dbus/org.xlurm.Scheduler1.service" /usr/share/dbus-1/system-serv
 put 0644 "$root/dbus/org.xlurm.Scheduler1.xml" /usr/share/dbus-1/interfaces/org.xlurm.Scheduler1.xml
 put 0644 "$root/dbus/org.xlurm.scheduler.policy" /usr/share/polkit-1/actions/org.xlurm.scheduler.policy
 put 0644 "$root/packaging/polkit/50-xlurm-admin.rules.example" /usr/share/doc/xlurm/examples/50-xlurm-admin.rules.example
-put 0644 "$root/README.md" /usr/share/doc/xlurm/README.md
+if [ -f "$root/README.md" ]; then put 0644 "$root/README.md" /usr/share/doc/xlurm/README.md; fi
 gz "$gen/man/xlurmd.8" /usr/share/man/man8/xlurmd.8.gz
 for n_ in xlurm "${names[@]}"; do
     gz "$gen/man/$n_.1" "/usr/share/man/man1/$n_.1.gz"
@@ -156,7 +156,7 @@ for n_ in xlurm "${names[@]}"; do
     put 0644 "$gen/completions/zsh/_$n_" "$zsh_dir/_$n_"
     put 0644 "$gen/completions/fish/$n_.fish" "/usr/share/fish/vendor_completions.d/$n_.fish"
 done
-say "installed $n file(s): /usr/bin/{xlurmd,xlurm,${names[*]// /,}}, units, D-Bus and polkit files, man pages, completions"
+say "installed $n file(s): /usr/bin/{xlurmd,xlurm,$(IFS=,; echo "${names[*]}")}, units, D-Bus and polkit files, man pages, completions"
 
 systemctl daemon-reload
 say "systemctl daemon-reload"

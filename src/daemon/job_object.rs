@@ -1,7 +1,7 @@
 //! org.xlurm.Job1: one D-Bus object per job at `/org/xlurm/Scheduler1/job/<id>`.
 //!
 //! Objects exist while a job is pending or running and for a while after it
-//! ends (`OBJECT_LINGER`), so a client watching it sees the final state;
+//! ends (`OBJECT_LINGER` by default), so a client watching it sees the final state;
 //! afterwards `GetJob` still answers for as long as the job is retained.
 //! Properties carry the queue summary only (never command, environment or
 //! output), so they are readable by everyone like the queue itself.
@@ -247,8 +247,9 @@ pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state
     }
     if state.is_final() {
         let conn = conn.clone();
+        let linger = daemon.settings.object_linger;
         tokio::spawn(async move {
-            tokio::time::sleep(OBJECT_LINGER).await;
+            tokio::time::sleep(linger).await;
             let _ = conn
                 .object_server()
                 .remove::<JobObject, _>(path.as_str())

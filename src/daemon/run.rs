@@ -198,6 +198,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
         ))
     })?;
     let config = ServeConfig {
+        object_linger: super::job_object::OBJECT_LINGER,
         machine,
         accel: selection.active,
         policy,
@@ -233,6 +234,8 @@ async fn run(o: Options) -> Result<(), Refusal> {
 
 /// Everything `serve` needs that does not come from the bus.
 pub struct ServeConfig {
+    /// How long a finished job's D-Bus object stays on the bus.
+    pub object_linger: Duration,
     pub machine: Machine,
     pub accel: Vec<crate::accel::Active>,
     pub policy: Policy,
@@ -301,6 +304,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         max_pending_per_user: cfg.max_pending_per_user,
         retention_secs: cfg.retention_secs,
         list_is_public: cfg.list_is_public,
+        object_linger: cfg.object_linger,
     };
     let state = State::new(sched, loaded.jobs, store, loaded.next_id);
     let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);

@@ -30,6 +30,8 @@ pub struct Settings {
     pub max_pending_per_user: usize,
     pub retention_secs: u64,
     pub list_is_public: bool,
+    /// How long a finished job's D-Bus object stays (see `job_object`).
+    pub object_linger: std::time::Duration,
 }
 
 pub struct State {

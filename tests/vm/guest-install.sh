@@ -20,9 +20,11 @@ fi
 if [ ${#debs[@]} = 1 ]; then
     # The image is minimised: its dpkg config (/etc/dpkg/dpkg.cfg.d/99mmdebstrap) drops
     # /usr/share/man and /usr/share/doc. Keep xlurm's, so the scenarios can check them
-    # (read after 99mmdebstrap, so these includes win).
+    # (read after 99mmdebstrap, so these includes win; dpkg re-creates an excluded
+    # directory only when an include pattern's part before its first wildcard is a prefix
+    # of the directory, hence man[18]).
     printf '%s\n' '# tests/vm/guest-install.sh: keep the files of the xlurm package' \
-        'path-include=/usr/share/man/man1/x*' 'path-include=/usr/share/man/man8/xlurmd*' \
+        'path-include=/usr/share/man/man[18]/x*' \
         'path-include=/usr/share/doc/xlurm/*' >/etc/dpkg/dpkg.cfg.d/zz-xlurm-vm
     echo "apt-get install ./${debs[0]}"
     # No network in the guest: every dependency must already be in the image.

@@ -24,6 +24,7 @@ apt_() { apt "$@" 2>&1 | { grep -v 'does not have a stable CLI' || true; }; }
 apt_install() { apt_ install -y --no-install-recommends "$@"; }
 daemon_pid() { systemctl show -p MainPID --value xlurmd; }
 job_id() { awk '/Submitted batch job/ {print $4}' <<<"$1"; }
+# (grep without -q reads xqueue's whole output: xlurm panics on a closed pipe)
 
 check "dpkg -s xlurm: installed, version $v1"
 st=$(dpkg -s xlurm)
@@ -62,7 +63,7 @@ check "xbatch --wrap, then xqueue"
 out=$(as_user alice xbatch --wrap 'echo batch-90' 2>&1); echo "$out"
 id=$(job_id "$out")
 [ -n "$id" ] || fail "no job ID from xbatch"
-wait_for "as_user alice xqueue $id | grep -q 'State: COMPLETED'" 60
+wait_for "as_user alice xqueue $id | grep 'State: COMPLETED' >/dev/null" 60
 out=$(as_user alice xqueue); echo "$out"
 out=$(as_user alice xqueue --all --mine); echo "$out"
 assert_contains "$out" "$id"
@@ -71,7 +72,7 @@ check "upgrade to $v2 with a job running: xlurmd restarts, the job keeps running
 rm -f /home/alice/go-90
 out=$(as_user alice xbatch -t 300 --wrap 'while [ ! -e ~/go-90 ]; do sleep 0.2; done; exit 5' 2>&1); echo "$out"
 id=$(job_id "$out")
-wait_for "as_user alice xqueue $id | grep -q 'State: RUNNING'" 60
+wait_for "as_user alice xqueue $id | grep 'State: RUNNING' >/dev/null" 60
 job_pid=$(systemctl show -p MainPID --value "xlurm-job-$id.service")
 dpid=$(daemon_pid)
 note "job $id: unit PID $job_pid; xlurmd PID $dpid"
@@ -82,7 +83,7 @@ assert_ne "$dpid" "$(daemon_pid)" "xlurmd was restarted"
 assert_eq "$job_pid" "$(systemctl show -p MainPID --value "xlurm-job-$id.service")" "the job's process survived"
 assert_contains "$(as_user alice xqueue "$id")" "RUNNING"
 as_user alice touch /home/alice/go-90
-wait_for "as_user alice xqueue $id | grep -q 'State: FAILED'" 60
+wait_for "as_user alice xqueue $id | grep 'State: FAILED' >/dev/null" 60
 out=$(as_user alice xqueue "$id"); echo "$out"
 assert_contains "$out" "Exit code: 5"
 rm -f /home/alice/go-90

@@ -1,0 +1,436 @@
+#!/bin/bash
+# Accelerators on real systemd with simulated vendor libraries (tests/accel/fake_nvml.c and
+# the DCMI fake, built on the host into $XLURM_VM_SRC/fakes by tests/vm/run) given to xlurmd
+# through a drop-in, and device nodes made with mknod at the numbers the libraries report:
+# discovery in xinfo, DeviceAllow (the job may open its GPU's node, and gets EPERM on the
+# others), visibility variables, busy/unknown devices, exclude/include (polkit), a broken
+# library with --backends nv (exit 78) and auto (CPU only), and Ascend next to NVIDIA.
+# timeout: 600
+set -euo pipefail
+. "$XLURM_VM_LIB"
+
+need_bin xlurmd
+need_bin xlurm
+
+fakes=$XLURM_VM_SRC/fakes
+nvml_lib=$fakes/libfake_nvml.so
+dcmi_lib=$fakes/libfake_dcmi_state_env.so   # reads XLURM_FAKE_DCMI_STATE (tests/vm/fakes/)
+for f in "$nvml_lib" "$dcmi_lib"; do
+    [ -f "$f" ] || fail "$f is missing: tests/vm/run stages the fakes into fakes/ (see fakes-build.log in its output dir)"
+done
+
+run_dir=/run/xlurm-fake-30               # the fakes' state files (xlurmd: ProtectSystem=strict reads them)
+nv_state=$run_dir/nvml.state
+asc_state=$run_dir/dcmi.state
+dropin_dir=/run/systemd/system/xlurmd.service.d
+dropin=$dropin_dir/fake.conf
+probe_bin=/usr/local/bin/xlurm-devprobe
+broken_lib=/nonexistent/xlurm-fake/libnvidia-ml.so.1
+
+# Majors: 195 is NVIDIA's; the others are from the "local/experimental use" range (120-127),
+# which the kernel never hands out dynamically. None may be registered: an unbacked node
+# opens with ENXIO once the device cgroup lets it through, and with EPERM otherwise.
+nv_major=195 uvm_major=120 asc_major=121 asc_ctl_major=122
+nodes_made=()
+outside_pid=""
+job_ids=()
+was_active=0
+systemctl is-active -q xlurmd && was_active=1
+
+cleanup() {
+    local rc=$? id
+    set +e
+    check "cleanup: jobs, outside process, drop-in, xlurmd, device nodes"
+    [ -n "$outside_pid" ] && kill "$outside_pid" 2>/dev/null
+    for id in "${job_ids[@]}"; do
+        xcancel "$id" >/dev/null 2>&1
+        systemctl stop "xlurm-job-$id.service" 2>/dev/null
+    done
+    rm -f "$dropin"
+    rmdir "$dropin_dir" 2>/dev/null
+    systemctl daemon-reload
+    systemctl reset-failed xlurmd 2>/dev/null
+    if [ "$was_active" = 1 ]; then systemctl restart xlurmd; else systemctl stop xlurmd; fi
+    note "xlurmd: $(systemctl is-active xlurmd) (was active before: $was_active)"
+    for id in "${job_ids[@]}"; do systemctl reset-failed "xlurm-job-$id.service" 2>/dev/null; done
+    rm -f "${nodes_made[@]}" "$probe_bin"
+    rm -rf "$run_dir" /home/alice/xlurm-30-*
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# ---- helpers -----------------------------------------------------------------------------
+nv_uuid=(GPU-5f1a0c3e-9d2b-4a6f-8e7c-000000000000 GPU-5f1a0c3e-9d2b-4a6f-8e7c-000000000001)
+asc_uuid=(0A1B2C3D-00000001-00000002-00000003-00000004 0A1B2C3D-00000001-00000002-00000003-00000005)
+asc_phy=(4 5)   # physical ids (/dev/davinci<N>) differ from the logical ids 0, 1 on purpose
+
+# write_nv [EXTRA-GPU0] [EXTRA-GPU1]: the NVML fake's state (atomically replaced).
+write_nv() {
+    printf '%s\n' "# tests/vm/scenarios/$XLURM_VM_SCENARIO.sh: simulated NVML (format: tests/accel/fake_state.h)" \
+        "device uuid=${nv_uuid[0]} bdf=0000:3b:00.0 minor=0 numa=0 ${1:-}" \
+        "device uuid=${nv_uuid[1]} bdf=0000:86:00.0 minor=1 numa=1 ${2:-}" >"$nv_state.tmp"
+    mv -f "$nv_state.tmp" "$nv_state"
+}
+
+# set_dropin LINE...: xlurmd's drop-in, [Service] lines.
+set_dropin() {
+    mkdir -p "$dropin_dir"
+    printf '%s\n' "# tests/vm/scenarios/$XLURM_VM_SCENARIO.sh (removed at its end)" "[Service]" "$@" >"$dropin"
+    systemctl daemon-reload
+}
+restart_xlurmd() {
+    systemctl reset-failed xlurmd 2>/dev/null || true
+    systemctl restart xlurmd
+}
+
+# mk_node PATH MAJOR MINOR
+mk_node() {
+    rm -f "$1"
+    mknod -m 666 "$1" c "$2" "$3"
+    nodes_made+=("$1")
+}
+
+# open_result PATH: what open(O_RDWR) says here (as root, no device cgroup): "opened" or strerror.
+open_result() {
+    local err
+    if err=$( { : <>"$1"; } 2>&1 ); then echo opened; else echo "${err##*: }"; fi
+}
+
+# submit XBATCH-ARGS...: xbatch as alice; sets $last_id.
+submit() {
+    local out
+    out=$(as_user alice xbatch "$@" 2>&1) || { echo "$out"; fail "xbatch $* failed"; }
+    last_id=$(awk '/Submitted batch job/ {print $4}' <<<"$out")
+    [ -n "$last_id" ] || { echo "$out"; fail "no job id from xbatch $*"; }
+    job_ids+=("$last_id")
+    note "job $last_id: xbatch $*"
+}
+field() { xqueue "$1" | sed -n "s/^ *$2: //p" | head -n1; }   # field ID KEY (xqueue ID, as root)
+job_state() { field "$1" State; }
+# wait_state ID STATE [SECS]: on a timeout, shows the job and names a known daemon race.
+wait_state() {
+    local id=$1 want=$2 limit=${3:-60} end st
+    end=$(( $(date +%s) + limit ))
+    while st=$(job_state "$id"); [ "$st" != "$want" ]; do
+        if [ "$(date +%s)" -ge "$end" ] || { [ "$want" = RUNNING ] && [ "$st" = CANCELLED ]; }; then
+            xqueue "$id" || true
+            if [ "$st" = CANCELLED ] && xqueue "$id" | grep -q 'was stopped outside xlurm'; then
+                fail "job $id ended CANCELLED ('stopped outside xlurm') instead of $want: xlurmd's reconcile ran while the job was still being launched (its unit did not exist yet) -- a daemon race, see the scenario's report"
+            fi
+            fail "job $id is $st, not $want, after ${limit}s"
+        fi
+        sleep 0.5
+    done
+    note "ok: job $id $want"
+}
+alloc_devices() { field "$1" Allocated | sed -n 's/.*devices //p'; }
+
+# run_probe NAME CMD...: CMD (e.g. xrun -i 0 --device nv) runs the probe as alice on the
+# nodes in ${probe_nodes[@]}; sets $probe (the result file) and $probe_rc.
+run_probe() {
+    local name=$1 f
+    shift
+    f=/home/alice/xlurm-30-$name.txt
+    rm -f "$f"
+    probe_rc=0
+    as_user alice "$@" "$probe_bin" "$f" "${probe_nodes[@]}" || probe_rc=$?
+    [ -f "$f" ] || fail "the probe job ($*) left no $f (exit $probe_rc)"
+    probe=$(cat "$f")
+    printf '%s\n' "--- probe $name:" "$probe"
+}
+# probe_file NAME: the result of a probe started inside a batch job.
+probe_file() { probe=$(cat "/home/alice/xlurm-30-$1.txt"); printf '%s\n' "--- probe $1:" "$probe"; }
+
+# The probe's verdict on NODE, and assertions on it.
+opened() { sed -n "s|^open $1: ||p" <<<"$probe"; }
+expect_allowed() {   # past the device cgroup: no driver, so ENXIO or ENODEV, never EPERM
+    local r
+    r=$(opened "$1")
+    case $r in
+        "No such device or address"|"No such device") note "ok: $1 allowed by the cgroup ($r)" ;;
+        *) fail "$1 should pass the device cgroup (ENXIO/ENODEV, no driver behind it) but open said [$r] ($2)" ;;
+    esac
+}
+expect_denied() {
+    local r
+    r=$(opened "$1")
+    [ "$r" = "Operation not permitted" ] || fail "$1 should be denied by the device cgroup (EPERM) but open said [$r] ($2)"
+    note "ok: $1 denied (EPERM)"
+}
+expect_var() { assert_eq "$1=$2" "$(grep -m1 "^$1=" <<<"$probe")" "$1 in the job"; }
+
+# dev_line VENDOR:ID: that device's xinfo line; wait_dev VENDOR:ID STATE SECS.
+dev_line() { xinfo | grep -E "^$1 " || true; }
+wait_dev() { wait_for "xinfo | grep -qE '^$1 [^ ]+ node -?[0-9]+ $2(,|\$)'" "$3" 0.5; }
+
+# ---- setup -------------------------------------------------------------------------------
+check "device numbers are free and unbacked in this VM"
+for m in $nv_major $uvm_major $asc_major $asc_ctl_major; do
+    if awk '/^Character devices:/ {c=1; next} /^$/ {c=0} c {print $1}' /proc/devices | grep -qx "$m"; then
+        fail "character major $m is registered in this VM (/proc/devices): pick another one for the fake nodes"
+    fi
+done
+note "ok: majors $nv_major $uvm_major $asc_major $asc_ctl_major unused"
+
+mkdir -p "$run_dir"
+mk_node /dev/nvidia0 $nv_major 0
+mk_node /dev/nvidia1 $nv_major 1
+mk_node /dev/nvidiactl $nv_major 255
+mk_node /dev/nvidia-uvm $uvm_major 0
+mk_node /dev/nvidia-uvm-tools $uvm_major 1
+mk_node "/dev/davinci${asc_phy[0]}" $asc_major "${asc_phy[0]}"
+mk_node "/dev/davinci${asc_phy[1]}" $asc_major "${asc_phy[1]}"
+mk_node /dev/davinci_manager $asc_ctl_major 0
+mk_node /dev/devmm_svm $asc_ctl_major 1
+mk_node /dev/hisi_hdc $asc_ctl_major 2
+ls -l /dev/nvidia* /dev/davinci* /dev/devmm_svm /dev/hisi_hdc
+for n in /dev/nvidia0 "/dev/davinci${asc_phy[0]}"; do
+    r=$(open_result "$n")
+    case $r in
+        "No such device or address"|"No such device") note "ok: root outside any device policy opens $n: $r" ;;
+        *) fail "opening $n outside xlurm should fail with ENXIO/ENODEV (no driver), got [$r]: the checks below would mean nothing" ;;
+    esac
+done
+
+cat >"$probe_bin" <<'EOF'
+#!/bin/bash
+# xlurm-devprobe FILE NODE...: the job's visibility variables and, per device node, what
+# open(O_RDWR) says ("opened" or strerror), into FILE (written whole) and stdout.
+f=$1; shift
+{
+    echo "XLURM_JOB_ID=${XLURM_JOB_ID:-}"
+    for v in CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER ASCEND_RT_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES; do
+        echo "$v=${!v-<unset>}"
+    done
+    for n in "$@"; do
+        if err=$( { : <>"$n"; } 2>&1 ); then echo "open $n: opened"; else echo "open $n: ${err##*: }"; fi
+    done
+} >"$f.tmp"
+mv -f "$f.tmp" "$f"
+cat "$f"
+EOF
+chmod 0755 "$probe_bin"
+
+# ---- NVIDIA through the simulated NVML ----------------------------------------------------
+check "xlurmd loads the simulated NVML named by XLURM_NVML_LIBRARY (drop-in, restart)"
+write_nv
+set_dropin "Environment=XLURM_NVML_LIBRARY=$nvml_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state"
+since=$(date +%s)
+restart_xlurmd
+assert_eq active "$(systemctl is-active xlurmd)" "xlurmd with the fake NVML"
+journalctl -u xlurmd --since "@$since" --no-pager -q -o cat | grep -i 'accelerators' || true
+
+check "xinfo lists both fake GPUs with their UUIDs and NUMA nodes"
+info=$(as_user alice xinfo); echo "$info"
+assert_eq "nv:0 ${nv_uuid[0]} node 0 ok" "$(grep '^nv:0 ' <<<"$info")" "GPU 0 in xinfo"
+assert_eq "nv:1 ${nv_uuid[1]} node 1 ok" "$(grep '^nv:1 ' <<<"$info")" "GPU 1 in xinfo"
+
+check "a job given GPU 0 passes the cgroup on /dev/nvidia0 and the shared nodes, gets EPERM on /dev/nvidia1"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/davinci4)
+run_probe gpu0 xrun -i 0 --device nv --
+assert_eq 0 "$probe_rc" "probe job exit code"
+expect_allowed /dev/nvidia0 "GPU 0's node"
+expect_allowed /dev/nvidiactl "shared control node"
+expect_allowed /dev/nvidia-uvm "shared node"
+expect_allowed /dev/nvidia-uvm-tools "shared node"
+expect_denied /dev/nvidia1 "GPU 1 is not the job's"
+expect_denied /dev/davinci4 "another vendor's node"
+expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[0]}"
+expect_var CUDA_DEVICE_ORDER PCI_BUS_ID
+expect_var ASCEND_RT_VISIBLE_DEVICES -1
+
+check "a CPU job (-g 0) sees CUDA_VISIBLE_DEVICES=-1 (even when the user set it) and no GPU node"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1 /dev/nvidiactl)
+run_probe cpu env CUDA_VISIBLE_DEVICES=0 xrun -g 0 --
+assert_eq 0 "$probe_rc" "probe job exit code"
+expect_var CUDA_VISIBLE_DEVICES -1
+expect_denied /dev/nvidia0 "CPU job"
+expect_denied /dev/nvidia1 "CPU job"
+expect_denied /dev/nvidiactl "CPU job"
+
+check "two concurrent 1-GPU jobs get different GPUs, each fenced to its own"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1)
+rm -f /home/alice/xlurm-30-pair*.txt
+submit -g 1 --device nv -c 1 -t 300 --wrap "$probe_bin ~/xlurm-30-pairA.txt ${probe_nodes[*]}; sleep 300"
+ja=$last_id
+submit -g 1 --device nv -c 1 -t 300 --wrap "$probe_bin ~/xlurm-30-pairB.txt ${probe_nodes[*]}; sleep 300"
+jb=$last_id
+wait_state "$ja" RUNNING 60
+wait_state "$jb" RUNNING 60
+da=$(alloc_devices "$ja"); db=$(alloc_devices "$jb")
+note "job $ja: $da, job $jb: $db"
+assert_ne "$da" "$db" "the two jobs' devices"
+assert_eq "nv:[0] nv:[1]" "$(printf '%s\n' "$da" "$db" | sort | xargs)" "both GPUs in use"
+info=$(xinfo); echo "$info"
+assert_contains "$info" "nv:0 ${nv_uuid[0]} node 0 ok, job " "GPU 0 held"
+assert_contains "$info" "nv:1 ${nv_uuid[1]} node 1 ok, job " "GPU 1 held"
+for j in A:$ja B:$jb; do
+    name=${j%%:*} id=${j#*:}
+    wait_for "[ -f /home/alice/xlurm-30-pair$name.txt ]" 30
+    probe_file "pair$name"
+    gpu=$(alloc_devices "$id" | tr -dc 0-9)
+    other=$(( 1 - gpu ))
+    expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[$gpu]}"
+    expect_allowed "/dev/nvidia$gpu" "job $id's own GPU"
+    expect_denied "/dev/nvidia$other" "the other job's GPU"
+    allow=$(systemctl show -p DeviceAllow --value "xlurm-job-$id.service")
+    note "xlurm-job-$id DeviceAllow: $allow"
+    assert_contains "$allow" "/dev/nvidia$gpu rw" "DeviceAllow of job $id"
+    assert_not_contains "$allow" "/dev/nvidia$other " "DeviceAllow of job $id"
+done
+xcancel "$ja" "$jb"
+wait_state "$ja" CANCELLED 60
+wait_state "$jb" CANCELLED 60
+
+check "an outside process on GPU 1 makes it busy and keeps jobs off it"
+sleep 1000 &
+outside_pid=$!
+write_nv "" "procs=$outside_pid"
+wait_dev nv:1 busy 15
+info=$(as_user alice xinfo); echo "$info"
+assert_contains "$(grep -A1 '^nv:1 ' <<<"$info")" "1 outside processes" "xinfo names the outside process count"
+rm -f /home/alice/xlurm-30-busy1.txt
+submit -i 1 --device nv -c 1 --wrap "$probe_bin ~/xlurm-30-busy1.txt /dev/nvidia1"
+jbusy=$last_id
+wait_for "field $jbusy Reason | grep -q DevicesBusy" 20 0.5
+note "job $jbusy: $(job_state "$jbusy"), $(field "$jbusy" Reason)"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1)
+run_probe busy-g1 xrun -g 1 --device nv --
+expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[0]}"
+expect_allowed /dev/nvidia0 "-g 1 job given GPU 0"
+expect_denied /dev/nvidia1 "-g 1 job kept off the busy GPU"
+assert_eq PENDING "$(job_state "$jbusy")" "the -i 1 job still waits"
+assert_contains "$(field "$jbusy" Reason)" "DevicesBusy" "its reason"
+
+check "clearing the outside process makes GPU 1 idle again within a few seconds"
+t0=$(date +%s%N)
+write_nv
+wait_dev nv:1 ok 10
+note "GPU 1 idle $(( ($(date +%s%N) - t0) / 1000000 )) ms after the state file was cleared"
+kill "$outside_pid"; wait "$outside_pid" 2>/dev/null || true; outside_pid=""
+wait_state "$jbusy" COMPLETED 60
+probe_file busy1
+expect_allowed /dev/nvidia1 "the job that waited for GPU 1"
+expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[1]}"
+
+check "a monitoring error shows GPU 1 as unknown with the error, and keeps jobs off it"
+write_nv "" "fail=procs:9"
+wait_dev nv:1 unknown 15
+info=$(as_user alice xinfo); echo "$info"
+err=$(grep -A1 '^nv:1 ' <<<"$info" | tail -n1)
+assert_contains "$err" "nvmlDeviceGetComputeRunningProcesses_v3(1)" "the failing call under the device"
+assert_contains "$err" "Driver Not Loaded" "the library's error string"
+submit -i 1 --device nv -c 1 --wrap "true"
+junk=$last_id
+wait_for "field $junk Reason | grep -q DevicesUnknown" 20 0.5
+note "job $junk: $(job_state "$junk"), $(field "$junk" Reason)"
+sleep 3
+assert_eq PENDING "$(job_state "$junk")" "the -i 1 job waits while GPU 1 is unknown"
+write_nv
+wait_dev nv:1 ok 10
+wait_state "$junk" COMPLETED 60
+
+check "xlurm exclude/include: refused for alice (polkit), live for root; running jobs continue"
+submit -i 1 --device nv -c 1 -t 300 --wrap "sleep 300"
+jhold=$last_id
+wait_state "$jhold" RUNNING 60
+submit -i 1 --device nv -c 1 --wrap "true"
+jwait=$last_id
+wait_for "[ -n \"\$(field $jwait Reason)\" ]" 20 0.5
+note "job $jwait: $(job_state "$jwait"), $(field "$jwait" Reason)"
+rc=0; out=$(as_user alice xlurm exclude 1 2>&1) || rc=$?
+echo "$out"
+assert_ne 0 "$rc" "alice's xlurm exclude exit code"
+assert_contains "$out" "polkit" "alice's refusal names polkit"
+rc=0; out=$(as_user alice dbus-send --system --print-reply --dest=org.xlurm.Scheduler1 /org/xlurm/Scheduler1 \
+    org.xlurm.Scheduler1.SetDevicesDisabled string:nv array:uint32:1 boolean:true 2>&1) || rc=$?
+echo "$out"
+assert_contains "$out" "org.xlurm.Scheduler1.Error.PermissionDenied" "D-Bus error for alice"
+assert_eq "nv:1 ${nv_uuid[1]} node 1 ok, job $jhold" "$(dev_line nv:1)" "GPU 1 untouched by alice"
+assert_ok xlurm exclude 1
+info=$(as_user alice xinfo); echo "$info"
+assert_eq "nv:1 ${nv_uuid[1]} node 1 disabled, job $jhold" "$(grep '^nv:1 ' <<<"$info")" "GPU 1 disabled, still held"
+wait_for "field $jwait Reason | grep -q DevicesDisabled" 20 0.5
+note "job $jwait: $(job_state "$jwait"), $(field "$jwait" Reason)"
+assert_eq RUNNING "$(job_state "$jhold")" "the running job on GPU 1 continues"
+assert_eq active "$(systemctl is-active "xlurm-job-$jhold.service")" "its unit"
+rc=0; out=$(as_user alice xbatch -i 1 --device nv --wrap true 2>&1) || rc=$?
+echo "$out"
+assert_ne 0 "$rc" "a new -i 1 submission while GPU 1 is excluded"
+assert_contains "$out" "disabled" "its refusal"
+assert_ok xlurm include 1
+assert_eq "nv:1 ${nv_uuid[1]} node 1 ok, job $jhold" "$(dev_line nv:1)" "GPU 1 enabled again"
+xcancel "$jhold"
+wait_state "$jhold" CANCELLED 60
+wait_state "$jwait" COMPLETED 60
+
+check "--backends nv with a broken library path: xlurmd refuses to start, exit 78, naming the library"
+set_dropin "Environment=XLURM_NVML_LIBRARY=$broken_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \
+    "ExecStart=" "ExecStart=/usr/bin/xlurmd --backends nv"
+since=$(date +%s)
+systemctl reset-failed xlurmd 2>/dev/null || true
+rc=0; systemctl restart xlurmd || rc=$?
+assert_ne 0 "$rc" "systemctl restart xlurmd"
+assert_eq 78 "$(systemctl show -p ExecMainStatus --value xlurmd)" "ExecMainStatus"
+sleep 2
+assert_eq failed "$(systemctl is-active xlurmd)" "xlurmd stays down (RestartPreventExitStatus=78)"
+jl=$(journalctl -u xlurmd --since "@$since" --no-pager -q -o cat); echo "$jl" | tail -n 8
+assert_contains "$jl" "$broken_lib" "the journal names the library"
+assert_contains "$jl" "XLURM_NVML_LIBRARY" "the journal names the variable"
+
+check "--backends auto with the same broken path starts with CPU only"
+set_dropin "Environment=XLURM_NVML_LIBRARY=$broken_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \
+    "ExecStart=" "ExecStart=/usr/bin/xlurmd --backends auto"
+since=$(date +%s)
+restart_xlurmd
+assert_eq active "$(systemctl is-active xlurmd)" "xlurmd with --backends auto"
+info=$(as_user alice xinfo); echo "$info"
+assert_contains "$info" "no accelerators" "xinfo"
+assert_not_contains "$info" "nv:0" "xinfo"
+jl=$(journalctl -u xlurmd --since "@$since" --no-pager -q -o cat); echo "$jl" | grep -i accelerators || true
+assert_contains "$jl" "$broken_lib" "the skipped vendor is logged with its library"
+probe_nodes=(/dev/nvidia0)
+run_probe cpu-only xrun -g 0 --
+assert_eq 0 "$probe_rc" "a CPU job still runs"
+expect_denied /dev/nvidia0 "CPU-only daemon"
+
+# ---- Ascend (simulated DCMI) next to NVIDIA ----------------------------------------------
+check "the simulated DCMI is discovered alongside the NVML one"
+printf '%s\n' "# tests/vm/scenarios/$XLURM_VM_SCENARIO.sh: simulated DCMI" \
+    "device uuid=${asc_uuid[0]} bdf=0000:c1:00.0 minor=${asc_phy[0]}" \
+    "device uuid=${asc_uuid[1]} bdf=0000:c2:00.0 minor=${asc_phy[1]}" >"$asc_state"
+write_nv
+set_dropin "Environment=XLURM_NVML_LIBRARY=$nvml_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \
+    "Environment=XLURM_DCMI_LIBRARY=$dcmi_lib" "Environment=XLURM_FAKE_DCMI_STATE=$asc_state"
+restart_xlurmd
+assert_eq active "$(systemctl is-active xlurmd)" "xlurmd with NVML and DCMI fakes"
+info=$(as_user alice xinfo); echo "$info"
+assert_eq "nv:0 ${nv_uuid[0]} node 0 ok" "$(grep '^nv:0 ' <<<"$info")" "GPU 0"
+assert_eq "nv:1 ${nv_uuid[1]} node 1 ok" "$(grep '^nv:1 ' <<<"$info")" "GPU 1"
+assert_eq "asc:0 ${asc_uuid[0]} node -1 ok" "$(grep '^asc:0 ' <<<"$info")" "NPU 0 (no sysfs NUMA node for a fake PCI address)"
+assert_eq "asc:1 ${asc_uuid[1]} node -1 ok" "$(grep '^asc:1 ' <<<"$info")" "NPU 1"
+
+check "a --device asc job gets ASCEND_RT_VISIBLE_DEVICES and its /dev/davinci node, not NVIDIA's"
+probe_nodes=("/dev/davinci${asc_phy[0]}" "/dev/davinci${asc_phy[1]}" /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc
+    /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm)
+run_probe asc0 xrun -i 0 --device asc --
+assert_eq 0 "$probe_rc" "probe job exit code"
+expect_var ASCEND_RT_VISIBLE_DEVICES 0
+expect_var CUDA_VISIBLE_DEVICES -1
+expect_allowed "/dev/davinci${asc_phy[0]}" "logical 0 = physical ${asc_phy[0]}"
+expect_allowed /dev/davinci_manager "Ascend shared node"
+expect_allowed /dev/devmm_svm "Ascend shared node"
+expect_allowed /dev/hisi_hdc "Ascend shared node"
+expect_denied "/dev/davinci${asc_phy[1]}" "the other NPU"
+expect_denied /dev/nvidia0 "NVIDIA GPU"
+expect_denied /dev/nvidia1 "NVIDIA GPU"
+expect_denied /dev/nvidiactl "NVIDIA control node"
+expect_denied /dev/nvidia-uvm "NVIDIA shared node"
+
+check "an NVIDIA job on the same daemon still gets its GPU and no NPU"
+probe_nodes=(/dev/nvidia1 "/dev/davinci${asc_phy[0]}")
+run_probe nv-mixed xrun -i 1 --device nv --
+expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[1]}"
+expect_var ASCEND_RT_VISIBLE_DEVICES -1
+expect_allowed /dev/nvidia1 "GPU 1"
+expect_denied "/dev/davinci${asc_phy[0]}" "NPU node"
