@@ -357,7 +357,10 @@ fn main() {
         for _ in 0..reps {
             black_box(s.schedule(black_box(NOW)));
         }
-        println!("{reps} passes: {:.3} ms each", t.elapsed().as_secs_f64() * 1e3 / reps as f64);
+        println!(
+            "{reps} passes: {:.3} ms each",
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64
+        );
         return;
     }
     let n = if quick { 10_000 } else { 100_000 };

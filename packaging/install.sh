@@ -12,6 +12,7 @@
 #
 # Needs root, systemd as PID 1 and cgroup v2 with the cpuset and memory controllers.
 set -euo pipefail
+shopt -s nullglob
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=install build=1
@@ -37,11 +38,13 @@ files=(
     /usr/lib/systemd/system/xlurmd.service /usr/lib/systemd/system/xlurm.slice
     /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf
     /usr/share/dbus-1/system-services/org.xlurm.Scheduler1.service
-    /usr/share/dbus-1/interfaces/org.xlurm.Scheduler1.xml
     /usr/share/polkit-1/actions/org.xlurm.scheduler.policy
     /usr/share/doc/xlurm/examples/50-xlurm-admin.rules.example /usr/share/doc/xlurm/README.md
     /usr/share/man/man1/xlurm.1.gz /usr/share/man/man8/xlurmd.8.gz
 )
+for f in /usr/share/dbus-1/interfaces/org.xlurm.*.xml "$root"/dbus/*.xml; do   # Scheduler1, Job1
+    files+=("/usr/share/dbus-1/interfaces/$(basename "$f")")
+done
 for n in xlurm "${names[@]}"; do
     [ "$n" = xlurm ] || files+=("/usr/bin/$n" "/usr/share/man/man1/$n.1.gz")
     files+=("/usr/share/bash-completion/completions/$n" "$zsh_dir/_$n"
@@ -145,7 +148,7 @@ put 0644 "$root/units/xlurmd.service" /usr/lib/systemd/system/xlurmd.service
 put 0644 "$root/units/xlurm.slice" /usr/lib/systemd/system/xlurm.slice
 put 0644 "$root/dbus/org.xlurm.Scheduler1.conf" /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf
 put 0644 "$root/dbus/org.xlurm.Scheduler1.service" /usr/share/dbus-1/system-services/org.xlurm.Scheduler1.service
-put 0644 "$root/dbus/org.xlurm.Scheduler1.xml" /usr/share/dbus-1/interfaces/org.xlurm.Scheduler1.xml
+for f in "$root"/dbus/*.xml; do put 0644 "$f" "/usr/share/dbus-1/interfaces/$(basename "$f")"; done
 put 0644 "$root/dbus/org.xlurm.scheduler.policy" /usr/share/polkit-1/actions/org.xlurm.scheduler.policy
 put 0644 "$root/packaging/polkit/50-xlurm-admin.rules.example" /usr/share/doc/xlurm/examples/50-xlurm-admin.rules.example
 if [ -f "$root/README.md" ]; then put 0644 "$root/README.md" /usr/share/doc/xlurm/README.md; fi

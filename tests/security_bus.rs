@@ -69,12 +69,13 @@ where
         .await
     {
         Ok(_) => (String::new(), String::new()),
-        Err(zbus::Error::MethodError(name, msg, _)) => {
-            (name.to_string(), msg.unwrap_or_default())
-        }
+        Err(zbus::Error::MethodError(name, msg, _)) => (name.to_string(), msg.unwrap_or_default()),
         Err(zbus::Error::FDO(e)) => {
             use zbus::DBusError;
-            (e.name().to_string(), e.description().unwrap_or_default().to_string())
+            (
+                e.name().to_string(),
+                e.description().unwrap_or_default().to_string(),
+            )
         }
         Err(e) => (format!("other: {e}"), String::new()),
     }
@@ -129,31 +130,127 @@ async fn malformed_calls_get_named_errors_and_change_nothing() {
         .chain(std::iter::repeat_n(big.as_str(), 10))
         .collect();
     let submits: Vec<(&str, Spec, &str)> = vec![
-        ("unknown key", with("user", Variant::from("root")), "InvalidArgs"),
-        ("unknown key uid", with("uid", Variant::from(0u32)), "InvalidArgs"),
-        ("unknown key unit", with("unit", Variant::from("x.service")), "InvalidArgs"),
-        ("unknown key slice", with("slice", Variant::from("-.slice")), "InvalidArgs"),
-        ("cpus as string", with("cpus", Variant::from("4")), "InvalidArgs"),
-        ("mem as int64 -1", with("mem", Variant::from(-1i64)), "InvalidArgs"),
-        ("argv as string", with("argv", Variant::from("/bin/true")), "InvalidArgs"),
-        ("empty argv", with("argv", Variant::from(Vec::<&str>::new())), "InvalidArgs"),
-        ("relative argv0", with("argv", Variant::from(vec!["true"])), "InvalidArgs"),
-        ("relative cwd", with("cwd", Variant::from("tmp")), "InvalidArgs"),
-        ("missing cwd", HashMap::from([("argv", Variant::from(vec!["/bin/true"]))]), "InvalidArgs"),
-        ("non-existent cwd", with("cwd", Variant::from("/nonexistent/x")), "InvalidArgs"),
-        ("cwd is a file", with("cwd", Variant::from("/etc/passwd")), "InvalidArgs"),
-        ("bad env name", with("env", Variant::from(vec!["A-B=1"])), "InvalidArgs"),
-        ("env without =", with("env", Variant::from(vec!["NOEQUALS"])), "InvalidArgs"),
-        ("10 MiB argv", with("argv", Variant::from(ten_mib.clone())), "InvalidArgs"),
-        ("0 CPUs", with("cpus", Variant::from(0u32)), "InvalidRequest"),
-        ("u32::MAX CPUs", with("cpus", Variant::from(u32::MAX)), "InvalidRequest"),
+        (
+            "unknown key",
+            with("user", Variant::from("root")),
+            "InvalidArgs",
+        ),
+        (
+            "unknown key uid",
+            with("uid", Variant::from(0u32)),
+            "InvalidArgs",
+        ),
+        (
+            "unknown key unit",
+            with("unit", Variant::from("x.service")),
+            "InvalidArgs",
+        ),
+        (
+            "unknown key slice",
+            with("slice", Variant::from("-.slice")),
+            "InvalidArgs",
+        ),
+        (
+            "cpus as string",
+            with("cpus", Variant::from("4")),
+            "InvalidArgs",
+        ),
+        (
+            "mem as int64 -1",
+            with("mem", Variant::from(-1i64)),
+            "InvalidArgs",
+        ),
+        (
+            "argv as string",
+            with("argv", Variant::from("/bin/true")),
+            "InvalidArgs",
+        ),
+        (
+            "empty argv",
+            with("argv", Variant::from(Vec::<&str>::new())),
+            "InvalidArgs",
+        ),
+        (
+            "relative argv0",
+            with("argv", Variant::from(vec!["true"])),
+            "InvalidArgs",
+        ),
+        (
+            "relative cwd",
+            with("cwd", Variant::from("tmp")),
+            "InvalidArgs",
+        ),
+        (
+            "missing cwd",
+            HashMap::from([("argv", Variant::from(vec!["/bin/true"]))]),
+            "InvalidArgs",
+        ),
+        (
+            "non-existent cwd",
+            with("cwd", Variant::from("/nonexistent/x")),
+            "InvalidArgs",
+        ),
+        (
+            "cwd is a file",
+            with("cwd", Variant::from("/etc/passwd")),
+            "InvalidArgs",
+        ),
+        (
+            "bad env name",
+            with("env", Variant::from(vec!["A-B=1"])),
+            "InvalidArgs",
+        ),
+        (
+            "env without =",
+            with("env", Variant::from(vec!["NOEQUALS"])),
+            "InvalidArgs",
+        ),
+        (
+            "10 MiB argv",
+            with("argv", Variant::from(ten_mib.clone())),
+            "InvalidArgs",
+        ),
+        (
+            "0 CPUs",
+            with("cpus", Variant::from(0u32)),
+            "InvalidRequest",
+        ),
+        (
+            "u32::MAX CPUs",
+            with("cpus", Variant::from(u32::MAX)),
+            "InvalidRequest",
+        ),
         ("mem 0", with("mem", Variant::from(0u64)), "InvalidRequest"),
-        ("mem u64::MAX", with("mem", Variant::from(u64::MAX)), "InvalidRequest"),
-        ("time limit 0", with("time_limit", Variant::from(0u64)), "InvalidRequest"),
-        ("time limit u64::MAX", with("time_limit", Variant::from(u64::MAX)), "InvalidRequest"),
-        ("gpus without devices", with("gpus", Variant::from(1u32)), "InvalidRequest"),
-        ("unknown device id", with("device_ids", Variant::from(vec![7u32])), "InvalidRequest"),
-        ("unknown vendor", with("vendor", Variant::from("amd")), "InvalidArgs"),
+        (
+            "mem u64::MAX",
+            with("mem", Variant::from(u64::MAX)),
+            "InvalidRequest",
+        ),
+        (
+            "time limit 0",
+            with("time_limit", Variant::from(0u64)),
+            "InvalidRequest",
+        ),
+        (
+            "time limit u64::MAX",
+            with("time_limit", Variant::from(u64::MAX)),
+            "InvalidRequest",
+        ),
+        (
+            "gpus without devices",
+            with("gpus", Variant::from(1u32)),
+            "InvalidRequest",
+        ),
+        (
+            "unknown device id",
+            with("device_ids", Variant::from(vec![7u32])),
+            "InvalidRequest",
+        ),
+        (
+            "unknown vendor",
+            with("vendor", Variant::from("amd")),
+            "InvalidArgs",
+        ),
     ];
     for (what, spec, want) in submits {
         let (name, msg) = call(&e.client, "Submit", &(spec,)).await;
@@ -191,19 +288,40 @@ async fn malformed_calls_get_named_errors_and_change_nothing() {
     assert_eq!(call(&e.client, "SetPolicy", &("",)).await.0, inv);
     assert_eq!(call(&e.client, "SetMaxRunning", &(0u32,)).await.0, inv);
     let no_ids: Vec<u32> = vec![];
-    assert_eq!(call(&e.client, "SetDevicesDisabled", &("nv", no_ids, true)).await.0, inv);
-    assert_eq!(call(&e.client, "SetDevicesDisabled", &("amd", vec![0u32], true)).await.0, inv);
-    assert_eq!(call(&e.client, "SetDevicesDisabled", &("nv", vec![0u32], true)).await.0, inv);
+    assert_eq!(
+        call(&e.client, "SetDevicesDisabled", &("nv", no_ids, true))
+            .await
+            .0,
+        inv
+    );
+    assert_eq!(
+        call(&e.client, "SetDevicesDisabled", &("amd", vec![0u32], true))
+            .await
+            .0,
+        inv
+    );
+    assert_eq!(
+        call(&e.client, "SetDevicesDisabled", &("nv", vec![0u32], true))
+            .await
+            .0,
+        inv
+    );
     // SubmitMany: one bad spec queues none; more than 100,000 specs is refused.
     let many = vec![good(), with("cpus", Variant::from(0u32))];
-    assert_eq!(call(&e.client, "SubmitMany", &(many,)).await.0, format!("{ERR}InvalidRequest"));
+    assert_eq!(
+        call(&e.client, "SubmitMany", &(many,)).await.0,
+        format!("{ERR}InvalidRequest")
+    );
     let many = vec![good(), with("bogus", Variant::from(1u32))];
     assert_eq!(call(&e.client, "SubmitMany", &(many,)).await.0, inv);
     let huge: Vec<Spec> = (0..100_001).map(|_| Spec::new()).collect();
     assert_eq!(call(&e.client, "SubmitMany", &(huge,)).await.0, inv);
     // Per-user pending limit (3 here; one job pending): 3 more would be 4.
     let three = vec![good(), good(), good()];
-    assert_eq!(call(&e.client, "SubmitMany", &(three,)).await.0, format!("{ERR}LimitExceeded"));
+    assert_eq!(
+        call(&e.client, "SubmitMany", &(three,)).await.0,
+        format!("{ERR}LimitExceeded")
+    );
 
     assert_eq!(snapshot(&e).await, before, "state changed by refused calls");
     // And the daemon still serves.

@@ -28,6 +28,8 @@ pub trait Scheduler {
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
     fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)
         -> zbus::Result<()>;
+    #[zbus(signal)]
+    fn job_state_changed(&self, id: u64, state: String) -> zbus::Result<()>;
 }
 
 /// Connects to xlurmd; the error names the fix.

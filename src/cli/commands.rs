@@ -204,6 +204,8 @@ pub fn exit_code_of(job: &Dict) -> i32 {
 async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let spec = spec_from(&a.res, a.command.clone(), None)?;
+    // Subscribe before submitting, so no state change is missed.
+    let mut changes = p.receive_job_state_changed().await?;
     let (id, _) = submit(&p, spec, user).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -258,13 +260,28 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 return Ok(code);
             }
         }
+        // Output is polled while running; otherwise a state change wakes us
+        // (with a slow poll as a safety net).
+        let tick = if said_started { 200 } else { 1000 };
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(tick)) => {}
+            _ = wait_for_change(&mut changes, id) => {}
             _ = tokio::signal::ctrl_c(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
         }
     }
+}
+
+/// Returns when job `id` changes state (or the signal stream ends).
+async fn wait_for_change(changes: &mut super::client::JobStateChangedStream, id: u64) {
+    use futures_util::StreamExt;
+    while let Some(sig) = changes.next().await {
+        if sig.args().is_ok_and(|a| a.id == id) {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Streams a job's output to stdout, page by page.

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Benchmark figures on real systemd (printed, not asserted: TCG timings vary):
+# submit-to-finish latency of xrun vs a bare `systemd-run --wait`, and
+# sustained job starts through SubmitMany vs bare transient units.
+# timeout: 300
+set -euo pipefail
+. "$XLURM_VM_LIB"
+systemctl start xlurmd
+
+ms() { echo $(( ($2 - $1) / 1000000 )); }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+check "latency: bare systemd-run --wait vs xrun (5 runs each, median)"
+bare=(); x=()
+for i in 1 2 3 4 5; do
+  t0=$(date +%s%N); systemd-run --wait -q -p User=alice /bin/true; t1=$(date +%s%N)
+  bare+=("$(ms "$t0" "$t1")")
+  t0=$(date +%s%N); as_user alice xrun -g 0 /bin/true 2>/dev/null; t1=$(date +%s%N)
+  x+=("$(ms "$t0" "$t1")")
+done
+b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
+note "bare systemd-run --wait: ${b} ms; xrun: ${m} ms; ratio $(awk "BEGIN {printf \"%.2f\", $m / $b}")x (goal <= 1.5x)"
+
+check "sustained starts: 30 transient units vs 30 jobs in one SubmitMany"
+n=30
+t0=$(date +%s%N)
+for i in $(seq $n); do systemd-run --no-block -q --unit "bench-bare-$i" -p User=alice /bin/true; done
+wait_for "[ \$(systemctl list-units --all --plain --no-legend 'bench-bare-*' | wc -l) -ge $n ] || [ \$(journalctl -q -o cat --no-pager | grep -c 'Finished bench-bare-\|Deactivated successfully' || true) -ge 0 ]" 60
+t1=$(date +%s%N)
+bare_ms=$(ms "$t0" "$t1")
+args=()
+for i in $(seq $n); do args+=(2 argv as 1 /bin/true cwd s /home/alice); done
+t0=$(date +%s%N)
+as_user alice busctl call org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1 SubmitMany 'aa{sv}' $n "${args[@]}" >/dev/null
+wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1 && \$4==\"PENDING\"' | wc -l) -eq 0 ]" 120 0.05
+t1=$(date +%s%N)
+x_ms=$(ms "$t0" "$t1")
+note "bare: $n starts in ${bare_ms} ms; xlurm: $n starts in ${x_ms} ms; ratio $(awk "BEGIN {printf \"%.2f\", $bare_ms / $x_ms}")x (goal >= 0.9x)"
+wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1' | wc -l) -eq 0 ]" 120
