@@ -413,3 +413,44 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
     }
     assert!(saw.contains(&"FAILED".to_string()), "{saw:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_descriptors_must_be_writable_regular_files() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    std::fs::write(&path, "").unwrap();
+    let read_only = std::fs::File::open(&path).unwrap();
+    let (pipe_r, _pipe_w) = nix::unistd::pipe().unwrap();
+    let with_fd = |fd: zbus::Fd<'_>| {
+        let mut s = spec(&["/bin/true"]);
+        s.insert(
+            "output_fd".into(),
+            zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd)).unwrap(),
+        );
+        s
+    };
+    let err = error_name(
+        c.submit(with_fd(zbus::Fd::from(&read_only)))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        err.contains("InvalidArgs") && err.contains("not open for writing"),
+        "{err}"
+    );
+    let err = error_name(
+        c.submit(with_fd(zbus::Fd::from(&pipe_r)))
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.contains("not a regular file"), "{err}");
+    let mut s = spec(&["/bin/true"]);
+    s.extend([entry("output_fd", "not-an-fd")]);
+    assert!(error_name(c.submit(s).await.unwrap_err()).contains("must have type h"));
+    let writable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let (id, _) = c.submit(with_fd(zbus::Fd::from(&writable))).await.unwrap();
+    assert!(id > 0);
+}

@@ -76,6 +76,9 @@ pub struct ResourceArgs {
     /// Start the job with a clean environment instead of forwarding yours.
     #[arg(long = "clean-env")]
     pub clean_env: bool,
+    /// Also write the job's output to PATH (opened by you, with your rights; `%j` = job ID).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<String>,
 }
 
 #[derive(Debug, Args)]

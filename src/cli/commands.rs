@@ -188,12 +188,108 @@ fn spec_from(res: &ResourceArgs, mut argv: Vec<String>, script: Option<String>) 
     Ok(d)
 }
 
-fn stamp() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+/// An output file opened for `--output`, renamed once the job ID is known if
+/// its name has `%j`.
+pub struct OutputFile {
+    file: std::fs::File,
+    opened_as: std::path::PathBuf,
+    template: Option<String>,
 }
 
-async fn submit(p: &SchedulerProxy<'_>, spec: Dict, user: bool) -> Result<(u64, Dict)> {
-    p.submit(spec).await.map_err(|e| explain(e, user))
+/// Opens `--output PATH` with the user's own rights (no symlink at the end),
+/// so a path the user cannot write is refused before anything is queued.
+pub fn open_output(path: &str, cwd: &std::path::Path) -> Result<OutputFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let full = if path.starts_with('/') {
+        std::path::PathBuf::from(path)
+    } else {
+        cwd.join(path)
+    };
+    let (opened_as, template) = if path.contains("%j") {
+        let tmp = full
+            .display()
+            .to_string()
+            .replace("%j", &format!("pending-{}", std::process::id()));
+        (
+            std::path::PathBuf::from(tmp),
+            Some(full.display().to_string()),
+        )
+    } else {
+        (full.clone(), None)
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&opened_as)
+        .map_err(|e| anyhow!("--output {}: {e}", opened_as.display()))?;
+    Ok(OutputFile {
+        file,
+        opened_as,
+        template,
+    })
+}
+
+impl OutputFile {
+    fn add_to(&self, spec: &mut Dict) {
+        let fd = zbus::Fd::from(&self.file);
+        if let Ok(v) = zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd)) {
+            spec.insert("output_fd".into(), v);
+        }
+        let (k, v) = entry(
+            "output_path",
+            self.template
+                .clone()
+                .unwrap_or_else(|| self.opened_as.display().to_string()),
+        );
+        spec.insert(k, v);
+    }
+
+    /// Gives the file its final name once the job ID is known.
+    fn settle(&self, id: u64) -> Result<()> {
+        if let Some(t) = &self.template {
+            let target = t.replace("%j", &id.to_string());
+            std::fs::rename(&self.opened_as, &target)
+                .map_err(|e| anyhow!("renaming {} to {target}: {e}", self.opened_as.display()))?;
+        }
+        Ok(())
+    }
+
+    fn abandon(&self) {
+        let _ = std::fs::remove_file(&self.opened_as);
+    }
+}
+
+/// Submits `spec`, with its `--output` file if any.
+async fn submit_with_output(
+    p: &SchedulerProxy<'_>,
+    mut spec: Dict,
+    output: Option<OutputFile>,
+    user: bool,
+) -> Result<(u64, Dict)> {
+    if let Some(o) = &output {
+        o.add_to(&mut spec);
+    }
+    match p.submit(spec).await {
+        Ok((id, info)) => {
+            if let Some(o) = &output {
+                o.settle(id)?;
+            }
+            Ok((id, info))
+        }
+        Err(e) => {
+            if let Some(o) = &output {
+                o.abandon();
+            }
+            Err(explain(e, user))
+        }
+    }
+}
+
+fn stamp() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// Exit code for a finished job as `xrun` reports it.
@@ -204,9 +300,16 @@ pub fn exit_code_of(job: &Dict) -> i32 {
 async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let spec = spec_from(&a.res, a.command.clone(), None)?;
+    let cwd = std::env::current_dir()?;
+    let output = a
+        .res
+        .output
+        .as_deref()
+        .map(|o| open_output(o, &cwd))
+        .transpose()?;
     // Subscribe before submitting, so no state change is missed.
     let mut changes = p.receive_job_state_changed().await?;
-    let (id, _) = submit(&p, spec, user).await?;
+    let (id, _) = submit_with_output(&p, spec, output, user).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let t0 = Instant::now();
@@ -385,7 +488,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Vec<String> {
                 "--time" | "-t" => from_script.time_limit = slurm_time(v),
                 "--job-name" | "-J" => from_script.name = Some(v.to_string()),
                 "--exclusive" => from_script.exclusive = true,
-                "--output" | "-o" => {}
+                "--output" | "-o" => from_script.output = Some(v.to_string()),
                 _ => unsupported.push(k.to_string()),
             }
         }
@@ -396,6 +499,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Vec<String> {
     res.time_limit = res.time_limit.take().or(from_script.time_limit);
     res.name = res.name.take().or(from_script.name);
     res.exclusive |= from_script.exclusive;
+    res.output = res.output.take().or(from_script.output);
     unsupported
 }
 
@@ -444,7 +548,14 @@ async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
     }
     let p = connect(user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
-    let (id, info) = submit(&p, spec, user).await?;
+    let cwd = std::env::current_dir()?;
+    let output = a
+        .res
+        .output
+        .as_deref()
+        .map(|o| open_output(o, &cwd))
+        .transpose()?;
+    let (id, info) = submit_with_output(&p, spec, output, user).await?;
     let mem = get::<u64>(&info, "mem")
         .map(format_bytes)
         .unwrap_or_default();

@@ -182,6 +182,40 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     m
 }
 
+/// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
+fn take_output(spec: &mut Dict) -> Result<Option<(std::os::fd::OwnedFd, String)>, ApiError> {
+    let fd = spec.remove("output_fd");
+    let path = spec.remove("output_path");
+    let Some(fd) = fd else {
+        return match path {
+            Some(_) => Err(ApiError::InvalidArgs(
+                "spec key \"output_path\" needs \"output_fd\" (h)".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let owned = match &*fd {
+        Variant::Fd(f) => f.try_clone().map_err(|e| {
+            ApiError::InvalidArgs(format!("cannot take the output descriptor: {e}"))
+        })?,
+        other => {
+            return Err(ApiError::InvalidArgs(format!(
+                "spec key \"output_fd\" must have type h, not {}",
+                other.value_signature()
+            )))
+        }
+    };
+    let path = match path {
+        None => String::new(),
+        Some(p) => String::try_from(p).map_err(|_| {
+            ApiError::InvalidArgs("spec key \"output_path\" must have type s".into())
+        })?,
+    };
+    let owned = std::os::fd::OwnedFd::try_from(owned)
+        .map_err(|e| ApiError::InvalidArgs(format!("cannot take the output descriptor: {e}")))?;
+    Ok(Some((owned, path)))
+}
+
 impl SchedulerApi {
     async fn caller(&self, conn: &Connection, hdr: &Header<'_>) -> ApiResult<u32> {
         if let Some(uid) = self.fixed_uid {
@@ -255,8 +289,14 @@ impl SchedulerApi {
         spec: Dict,
     ) -> Result<(u64, Dict), ApiError> {
         let uid = self.caller(conn, &hdr).await?;
+        let mut spec = spec;
+        let output = take_output(&mut spec)?;
         let spec = spec::parse(&spec).map_err(|e| ApiError::InvalidArgs(e.0))?;
-        let s = self.daemon.submit(uid, vec![spec]).await?.remove(0);
+        let s = self
+            .daemon
+            .submit_with_output(uid, vec![spec], output)
+            .await?
+            .remove(0);
         let mut info = Dict::new();
         put(&mut info, "mem", s.mem_bytes);
         put(&mut info, "mem_default", s.mem_default);

@@ -108,6 +108,22 @@ pub struct Job {
     pub outcome: Option<Outcome>,
     /// Set when a cancel was asked for while it ran (by whom).
     pub cancel_requested_by: Option<u32>,
+    /// `--output`: where the job's output is also copied (see `daemon::output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputCopy>,
+}
+
+/// The state of a job's `--output` copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputCopy {
+    /// The path as the client named it (for display only; the daemon never opens it).
+    pub path: String,
+    /// The journal cursor copied up to.
+    pub cursor: String,
+    /// Whether everything was copied and the file closed.
+    pub done: bool,
+    /// Why copying stopped early, if it did.
+    pub error: String,
 }
 
 impl Job {
@@ -198,6 +214,7 @@ pub(crate) mod tests_support {
             invocation_id: String::new(),
             outcome: Some(outcome),
             cancel_requested_by: None,
+            output: None,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod job_object;
 pub mod journal;
 pub mod options;
 pub mod outcome;
+pub mod output;
 pub mod run;
 pub mod service;
 pub mod spec;

@@ -346,6 +346,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, state)) = changes.recv().await {
+                if state != super::job::JobState::Pending
+                    && d.outputs.lock().await.contains_key(&id)
+                {
+                    tokio::spawn(super::output::pump(d.clone(), id));
+                }
                 super::job_object::on_change(&conn, &d, id, state).await;
                 if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
                     let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;

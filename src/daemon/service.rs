@@ -53,6 +53,8 @@ pub struct Daemon {
     pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, JobState)>,
     /// The accelerator backends in use and the devices they found.
     pub accel: Vec<crate::accel::Active>,
+    /// `--output` descriptors of jobs whose copy has not started (see `output`).
+    pub outputs: Mutex<HashMap<JobId, std::os::fd::OwnedFd>>,
 }
 
 /// What a submission got.
@@ -146,6 +148,7 @@ impl Daemon {
             kick: Notify::new(),
             changes: tx,
             accel,
+            outputs: Mutex::new(HashMap::new()),
         });
         (d, rx)
     }
@@ -156,6 +159,24 @@ impl Daemon {
 
     /// Queues jobs for `uid`. All specs are checked before any is queued.
     pub async fn submit(&self, uid: u32, specs: Vec<Spec>) -> ApiResult<Vec<Submitted>> {
+        self.submit_with_output(uid, specs, None).await
+    }
+
+    /// Like [`Daemon::submit`]; `output` is `(descriptor, path)` for a single job's `--output`.
+    pub async fn submit_with_output(
+        &self,
+        uid: u32,
+        specs: Vec<Spec>,
+        output: Option<(std::os::fd::OwnedFd, String)>,
+    ) -> ApiResult<Vec<Submitted>> {
+        if output.is_some() && specs.len() != 1 {
+            return Err(ApiError::InvalidArgs(
+                "an output file goes with exactly one job".into(),
+            ));
+        }
+        if let Some((fd, _)) = &output {
+            super::output::check_fd(fd).map_err(ApiError::InvalidArgs)?;
+        }
         let user = user_name(uid);
         let mut st = self.state.lock().await;
         let mut demands = Vec::with_capacity(specs.len());
@@ -209,6 +230,10 @@ impl Daemon {
                 invocation_id: String::new(),
                 outcome: None,
                 cancel_requested_by: None,
+                output: output.as_ref().map(|(_, path)| super::job::OutputCopy {
+                    path: path.clone(),
+                    ..Default::default()
+                }),
             });
         }
         if let Err(e) = st.store.save(new_jobs.iter()) {
@@ -224,6 +249,10 @@ impl Daemon {
             st.jobs.insert(job.id, job);
         }
         drop(st);
+        if let (Some((fd, _)), Some(id)) = (output, new_ids.first()) {
+            super::output::store(*id, &fd);
+            self.outputs.lock().await.insert(*id, fd);
+        }
         for id in new_ids {
             self.changed(id, JobState::Pending);
         }

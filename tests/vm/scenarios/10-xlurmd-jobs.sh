@@ -108,6 +108,32 @@ assert_eq 2001 "$(echo "$log" | grep -c -E '^(line-[0-9]+|done-marker)$')" "ever
 assert_contains "$log" "done-marker"
 note "followed 2001 lines in $(awk "BEGIN {print $t1 - $t0}") s"
 
+check "--output writes a file opened with the user's rights, %j becomes the job ID"
+rm -f /home/alice/out.txt /home/alice/out-*.txt
+assert_ok as_user alice xrun -o out.txt bash -c 'echo to-file; echo line2'
+wait_for "grep -q line2 /home/alice/out.txt" 30
+assert_eq "to-file" "$(head -1 /home/alice/out.txt)" "output file content"
+assert_eq "alice" "$(stat -c %U /home/alice/out.txt)" "output file owned by alice"
+out=$(as_user alice xbatch -o 'out-%j.txt' --wrap 'echo batch-out' 2>&1); echo "$out"
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "grep -q batch-out /home/alice/out-$id.txt" 60
+before=$(as_user alice xqueue --all --mine | wc -l)
+rc=0; out=$(as_user alice xrun -o /etc/xlurm-owned-by-root.txt /bin/true 2>&1) || rc=$?
+assert_eq 1 "$rc" "--output to an unwritable path is refused"
+assert_contains "$out" "Permission denied"
+assert_eq "$before" "$(as_user alice xqueue --all --mine | wc -l)" "nothing was queued"
+[ ! -e /etc/xlurm-owned-by-root.txt ] || fail "a file appeared in /etc"
+
+check "--output survives a daemon restart without losing or repeating lines"
+rm -f /home/alice/restart.txt
+out=$(as_user alice xbatch -o restart.txt --wrap 'echo before; sleep 6; echo after' 2>&1)
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "grep -q before /home/alice/restart.txt" 30
+systemctl restart xlurmd
+wait_for "grep -q after /home/alice/restart.txt" 60
+assert_eq "before
+after" "$(cat /home/alice/restart.txt)" "each line exactly once"
+
 check "busctl introspect matches dbus/org.xlurm.Scheduler1.xml"
 busctl --xml-interface introspect org.xlurm.Scheduler1 /org/xlurm/Scheduler1 \
   | awk '/<interface name="org.xlurm.Scheduler1">/,/<\/interface>/' | sed 's/^[[:space:]]*//' > /tmp/live.xml

@@ -25,7 +25,6 @@ check "sustained starts: 30 transient units vs 30 jobs in one SubmitMany"
 n=30
 t0=$(date +%s%N)
 for i in $(seq $n); do systemd-run --no-block -q --unit "bench-bare-$i" -p User=alice /bin/true; done
-wait_for "[ \$(systemctl list-units --all --plain --no-legend 'bench-bare-*' | wc -l) -ge $n ] || [ \$(journalctl -q -o cat --no-pager | grep -c 'Finished bench-bare-\|Deactivated successfully' || true) -ge 0 ]" 60
 t1=$(date +%s%N)
 bare_ms=$(ms "$t0" "$t1")
 args=()

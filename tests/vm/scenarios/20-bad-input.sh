@@ -130,9 +130,9 @@ expect_err $E.InvalidArgs alice "limit as int32" -- ListJobs 'a{sv}' 1 limit i -
 expect_err $E.InvalidArgs root "SetPolicy junk" -- SetPolicy s 'fifo; rm -rf /'
 expect_err $E.InvalidArgs root "SetPolicy empty" -- SetPolicy s ''
 expect_err $E.InvalidArgs root "SetMaxRunning 0" -- SetMaxRunning u 0
-expect_err $E.InvalidArgs root "SetDevicesDisabled without IDs" -- SetDevicesDisabled sau nv 0 true
-expect_err $E.InvalidArgs root "SetDevicesDisabled unknown vendor" -- SetDevicesDisabled sau amd 1 0 true
-expect_err $E.InvalidArgs root "SetDevicesDisabled device that does not exist" -- SetDevicesDisabled sau nv 1 0 true
+expect_err $E.InvalidArgs root "SetDevicesDisabled without IDs" -- SetDevicesDisabled saub nv 0 true
+expect_err $E.InvalidArgs root "SetDevicesDisabled unknown vendor" -- SetDevicesDisabled saub amd 1 0 true
+expect_err $E.InvalidArgs root "SetDevicesDisabled device that does not exist" -- SetDevicesDisabled saub nv 1 0 true
 
 check "afterwards: the daemon serves and nothing changed ($count refused calls)"
 [ "$count" -ge 30 ] || fail "only $count malformed calls were made"

@@ -59,7 +59,7 @@ prop() { busctl get-property "${D[@]}" "$1" | awk '{print $2}' | tr -d '"'; }
 list_all() { "${B[@]}" ListJobs 'a{sv}' 2 all_users b true finished b true; }
 
 check "bob queues a job with a secret argument, environment and directory"
-out=$(as_user bob "${B[@]}" Submit 'a{sv}' 5 argv as 3 /bin/sleep 1000 bob-secret-arg-4711 \
+out=$(as_user bob "${B[@]}" Submit 'a{sv}' 5 argv as 4 /bin/bash -c 'sleep 1000' bob-secret-arg-4711 \
     env as 1 BOB_SECRET=hunter2-4711 cwd s /home/bob time_limit t 600 name s xlurm-21-bob)
 bid=$(echo "$out" | awk '{print $2}')
 note "bob's job: $bid"
@@ -99,7 +99,7 @@ assert_eq active "$(systemctl is-active "$unit")" "bob's unit still active"
 check "alice cannot change the policy, max-running or devices (polkit)"
 expect_err $E.PermissionDenied alice "SetPolicy" -- SetPolicy s fifo-strict
 expect_err $E.PermissionDenied alice "SetMaxRunning" -- SetMaxRunning u 1
-expect_err $E.PermissionDenied alice "SetDevicesDisabled" -- SetDevicesDisabled sau nv 1 0 true
+expect_err $E.PermissionDenied alice "SetDevicesDisabled" -- SetDevicesDisabled saub nv 1 0 true
 rc=0; out=$(as_user alice xlurm max-running 1 2>&1) || rc=$?
 assert_ne 0 "$rc" "xlurm max-running as alice fails: $out"
 assert_eq easy-backfill "$(prop Policy)" "policy unchanged"
@@ -123,7 +123,8 @@ mknod -m 0666 "$blk" b "$maj" "$min"
 assert_ok as_user alice head -c1 "$blk" >/dev/null
 note "control: outside xlurm alice can read the 0666 node of /dev/vda ($maj:$min)"
 rm -f /home/alice/xlurm-21.out
-as_user alice xrun -t 60 /bin/bash -c "exec >~/xlurm-21.out 2>&1
+# A batch script (not an xrun argument: systemd would expand $$ and $NAME in those).
+out=$(as_user alice xbatch -t 60 -n xlurm-21-probe --wrap "exec >~/xlurm-21.out 2>&1
     echo uid=\$(id -u) gid=\$(id -g) groups=\$(id -G)
     echo suid_euid=\$($suid -u)
     grep -E '^(NoNewPrivs|CapEff|CapPrm|CapAmb):' /proc/self/status
@@ -131,7 +132,9 @@ as_user alice xrun -t 60 /bin/bash -c "exec >~/xlurm-21.out 2>&1
     echo cgroup=\$(cat /proc/self/cgroup)
     echo \$\$ > /sys/fs/cgroup/cgroup.procs; echo escape_root_rc=\$?
     echo \$\$ > /sys/fs/cgroup/xlurm.slice/cgroup.procs; echo escape_slice_rc=\$?
-    echo cgroup_after=\$(cat /proc/self/cgroup)" >/dev/null 2>&1 || true
+    echo cgroup_after=\$(cat /proc/self/cgroup)" 2>&1)
+pid_job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "case \$(state_of $pid_job) in COMPLETED|FAILED) true;; *) false;; esac" 60
 out=$(cat /home/alice/xlurm-21.out); echo "$out"
 assert_contains "$out" "uid=1001 gid=1001 groups=1001" "runs as alice with her groups only"
 assert_contains "$out" "suid_euid=1001" "setuid-root binary gains nothing (NoNewPrivileges)"
@@ -184,7 +187,7 @@ wait_for "as_user admin ${B[*]} SetMaxRunning u 31 >/dev/null 2>&1" 30 1
 assert_eq 31 "$(prop MaxRunning)" "admin set max-running"
 assert_ok as_user admin "${B[@]}" SetPolicy s fifo-strict
 assert_eq fifo-strict "$(prop Policy)" "admin set the policy"
-expect_err $E.InvalidArgs admin "SetDevicesDisabled passes polkit, then the device does not exist" -- SetDevicesDisabled sau nv 1 0 true
+expect_err $E.InvalidArgs admin "SetDevicesDisabled passes polkit, then the device does not exist" -- SetDevicesDisabled saub nv 1 0 true
 expect_err $E.PermissionDenied bob "bob is still refused" -- SetMaxRunning u 1
 ag=$(as_user admin "${B[@]}" GetJob t "$bid")
 assert_not_contains "$ag" bob-secret-arg-4711 "the admin does not see bob's command"
