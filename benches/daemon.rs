@@ -39,6 +39,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
     ServeConfig {
         machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
         accel: vec![],
+        tee_path: "/usr/bin/xlurm".to_string(),
         object_linger: std::time::Duration::from_secs(1),
         policy: Policy::FifoStrict,
         limits: Limits {

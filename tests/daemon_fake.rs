@@ -34,6 +34,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
     let conn = e.bus.connect().await.unwrap();
     let cfg = ServeConfig {
         accel: vec![],
+        tee_path: env!("CARGO_BIN_EXE_xlurm").to_string(),
         object_linger: std::time::Duration::from_secs(600),
         machine: Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]),
         policy: Policy::FifoStrict,

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use xlurm::core::{Device, Limits, Machine, Topology, Vendor};
-use xlurm::daemon::job::{Command, Job, JobState};
+use xlurm::daemon::job::{Job, JobState};
 use xlurm::daemon::spec::{self, Spec};
 use xlurm::daemon::unit::{self, RunAs, UnitSettings};
 use zbus::{OwnedVariant, Variant};
@@ -218,7 +218,7 @@ fn check_spec(s: &Spec) {
         }
     }
     let n = s.name.chars().count();
-    assert!(n >= 1 && n <= spec::MAX_NAME_CHARS, "name {:?}", s.name);
+    assert!((1..=spec::MAX_NAME_CHARS).contains(&n), "name {:?}", s.name);
     assert!(!s.name.chars().any(char::is_control), "name {:?}", s.name);
     let d = &s.request.devices;
     assert!(d.ids.len() <= spec::MAX_DEVICE_IDS && d.exclude.len() <= spec::MAX_DEVICE_IDS);
@@ -227,29 +227,26 @@ fn check_spec(s: &Spec) {
 /// The unit xlurmd would start for the accepted spec: systemd must accept it, and
 /// it carries the submitter's identity and every isolation property.
 fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
-    let job = Job {
-        id: 42,
-        name: s.name.clone(),
-        uid: 1001,
-        user: "alice".into(),
-        command: Command {
-            argv: s.argv.clone(),
-            script: s.script.clone(),
-            cwd: s.cwd.clone(),
-            env: s.env.clone(),
-        },
-        request: s.request.clone(),
-        demand,
-        state: JobState::Running,
-        submit_usec: 1,
-        start_usec: 2,
-        end_usec: 0,
-        alloc: None,
-        unit: Job::unit_name(42),
-        invocation_id: String::new(),
-        outcome: None,
-        cancel_requested_by: None,
-    };
+    // Built from a record (serde) so fields added to `Job` later take their defaults.
+    let job: Job = serde_json::from_value(serde_json::json!({
+        "id": 42,
+        "name": s.name,
+        "uid": 1001,
+        "user": "alice",
+        "command": {"argv": s.argv, "script": s.script, "cwd": s.cwd, "env": s.env},
+        "request": s.request,
+        "demand": demand,
+        "state": JobState::Running,
+        "submit_usec": 1,
+        "start_usec": 2,
+        "end_usec": 0,
+        "alloc": null,
+        "unit": Job::unit_name(42),
+        "invocation_id": "",
+        "outcome": null,
+        "cancel_requested_by": null,
+    }))
+    .expect("a job record");
     let settings = UnitSettings {
         slice: "xlurm.slice".into(),
         user_mode: false,

@@ -202,6 +202,9 @@ fn the_generator_reaches_every_verdict() {
     );
 }
 
+/// A submission, the verdict it must get and a text its refusal must contain.
+type Case = (Vec<(String, V)>, Verdict, &'static str);
+
 /// Hand-picked hostile submissions, each refused with a message naming the cause.
 #[test]
 fn hostile_submissions_are_refused_with_the_cause() {
@@ -212,7 +215,7 @@ fn hostile_submissions_are_refused_with_the_cause() {
         e.push((k.to_string(), v));
         e
     };
-    let cases: Vec<(Vec<(String, V)>, Verdict, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             with("user", V::Str("root".into())),
             Verdict::BadSpec,

@@ -2,7 +2,18 @@
 use clap::Parser;
 
 fn main() {
-    let args = xlurm::cli::normalize_args(std::env::args().collect());
+    // Die quietly on a closed pipe (`xqueue | head`), as other Unix tools do.
+    // SAFETY: setting a signal's disposition to the default before any threads start.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).map(String::as_str) == Some("__tee-output") {
+        let rest = &raw[2..];
+        let cmd = rest.strip_prefix(&["--".to_string()]).unwrap_or(rest);
+        std::process::exit(xlurm::cli::tee::main(&cmd));
+    }
+    let args = xlurm::cli::normalize_args(raw);
     let cli = xlurm::cli::Cli::parse_from(args);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

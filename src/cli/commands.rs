@@ -761,6 +761,17 @@ fn show_job(job: &Dict) {
         line("Command", argv.join(" "));
         line("WorkDir", get_str(job, "cwd"));
     }
+    if let Some(o) = get::<String>(job, "output") {
+        let err = get_str(job, "output_error");
+        line(
+            "Output",
+            if err.is_empty() {
+                o
+            } else {
+                format!("{o} ({err})")
+            },
+        );
+    }
     line(
         "Requested",
         format!(

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod client;
 pub mod commands;
+pub mod tee;
 
 pub use args::*;
 

@@ -172,6 +172,12 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
         }
     }
     if detail {
+        if let Some(o) = &job.output {
+            put(&mut m, "output", o.path.clone());
+            if !o.error.is_empty() {
+                put(&mut m, "output_error", o.error.clone());
+            }
+        }
         put(&mut m, "argv", job.command.argv.clone());
         put(&mut m, "cwd", job.command.cwd.clone());
         put(&mut m, "batch", job.command.script.is_some());

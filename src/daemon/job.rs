@@ -113,16 +113,13 @@ pub struct Job {
     pub output: Option<OutputCopy>,
 }
 
-/// The state of a job's `--output` copy.
+/// A job's `--output` copy (see `daemon::output`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputCopy {
     /// The path as the client named it (for display only; the daemon never opens it).
     pub path: String,
-    /// The journal cursor copied up to.
-    pub cursor: String,
-    /// Whether everything was copied and the file closed.
-    pub done: bool,
-    /// Why copying stopped early, if it did.
+    /// Why the copy cannot be made, if so.
+    #[serde(default)]
     pub error: String,
 }
 

@@ -51,9 +51,23 @@ pub fn parse(text: &str, previous_cursor: &str) -> Page {
     page
 }
 
-/// Reads up to `max` entries of job `id` after `cursor` (from the start if empty).
-/// `user_mode` reads the user's own journal.
-pub async fn read(id: u64, unit: &str, cursor: &str, max: u32, user_mode: bool) -> Result<Page> {
+/// Where a job's output is in the journal.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    pub id: u64,
+    pub unit: String,
+    /// The unit's invocation, once known (hex, 32 digits).
+    pub invocation_id: String,
+    /// When the job started, microseconds since the epoch: older entries of a
+    /// unit with the same name (job IDs restart after a purge) are not its own.
+    pub start_usec: u64,
+    /// Read the user's own journal (`--user` mode).
+    pub user_mode: bool,
+}
+
+/// Reads up to `max` entries of a job's output after `cursor` (from the start if empty).
+pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
+    let (id, unit, user_mode) = (src.id, src.unit.as_str(), src.user_mode);
     let mut cmd = tokio::process::Command::new("journalctl");
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
     // Not --system: journald files the output of a job running as alice in
@@ -70,6 +84,15 @@ pub async fn read(id: u64, unit: &str, cursor: &str, max: u32, user_mode: bool) 
         }
     ));
     cmd.arg(format!("XLURM_JOB_ID={id}"));
+    if !src.invocation_id.is_empty() {
+        cmd.arg(format!("_SYSTEMD_INVOCATION_ID={}", src.invocation_id));
+    }
+    if src.start_usec > 0 {
+        cmd.arg(format!(
+            "--since=@{}",
+            (src.start_usec / 1_000_000).saturating_sub(1)
+        ));
+    }
     if !cursor.is_empty() {
         cmd.arg(format!("--after-cursor={cursor}"));
     }

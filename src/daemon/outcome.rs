@@ -18,15 +18,27 @@ pub struct UnitStatus {
     pub memory_max: Option<u64>,
     pub cpu_nsec: Option<u64>,
     pub invocation_id: String,
+    /// Whether systemd has a job (start or stop) queued or running for the unit.
+    pub pending_job: bool,
 }
 
 impl UnitStatus {
     /// Whether the job's process is gone and a result can be read. Units run with
-    /// `RemainAfterExit=yes`, so a clean exit shows as `active/exited`.
+    /// `RemainAfterExit=yes`, so a clean exit shows as `active/exited`. A unit
+    /// whose start job is still queued is `inactive` with no invocation yet: that
+    /// is not finished.
     pub fn finished(&self) -> bool {
-        matches!(self.active_state.as_str(), "failed" | "inactive")
-            || self.sub_state == "exited"
-            || self.exec_main_code > 0 && self.active_state != "activating"
+        if self.pending_job && self.active_state != "failed" {
+            return false;
+        }
+        match self.active_state.as_str() {
+            "failed" => true,
+            "inactive" => !self.invocation_id.is_empty(),
+            _ => {
+                self.sub_state == "exited"
+                    || self.exec_main_code > 0 && self.active_state != "activating"
+            }
+        }
     }
 
     pub fn running(&self) -> bool {
@@ -210,6 +222,28 @@ mod tests {
         let (_, o) = classify(&unit("exit-code", 1, 203), false);
         assert!(o.detail.contains("EXEC"), "{}", o.detail);
         assert!(launch_failure_name(199).is_none());
+    }
+
+    #[test]
+    fn a_unit_whose_start_is_queued_is_not_finished() {
+        let queued = UnitStatus {
+            active_state: "inactive".into(),
+            sub_state: "dead".into(),
+            pending_job: true,
+            ..Default::default()
+        };
+        assert!(!queued.finished());
+        let never_started = UnitStatus {
+            pending_job: false,
+            ..queued.clone()
+        };
+        assert!(!never_started.finished(), "no invocation yet");
+        let stopped = UnitStatus {
+            invocation_id: "ab".into(),
+            pending_job: false,
+            ..queued
+        };
+        assert!(stopped.finished());
     }
 
     #[test]

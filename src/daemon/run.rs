@@ -17,6 +17,19 @@ pub const EX_CONFIG: i32 = 78;
 
 pub use super::options::Options;
 
+/// The `xlurm` binary installed beside this `xlurmd` (after an in-place
+/// upgrade `current_exe` ends in " (deleted)": strip it), else /usr/bin/xlurm.
+pub fn sibling_xlurm() -> String {
+    let exe = std::fs::read_link("/proc/self/exe").ok().map(|p| {
+        let s = p.display().to_string();
+        std::path::PathBuf::from(s.trim_end_matches(" (deleted)"))
+    });
+    exe.and_then(|p| p.parent().map(|d| d.join("xlurm")))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/usr/bin/xlurm".to_string())
+}
+
 /// Parses `[VENDOR:]ID[,ID...]`; without a vendor, the machine's only vendor.
 pub fn parse_device_list(
     text: &str,
@@ -198,6 +211,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
         ))
     })?;
     let config = ServeConfig {
+        tee_path: sibling_xlurm(),
         object_linger: super::job_object::OBJECT_LINGER,
         machine,
         accel: selection.active,
@@ -234,6 +248,8 @@ async fn run(o: Options) -> Result<(), Refusal> {
 
 /// Everything `serve` needs that does not come from the bus.
 pub struct ServeConfig {
+    /// The `xlurm` binary whose `__tee-output` runs jobs with `--output`.
+    pub tee_path: String,
     /// How long a finished job's D-Bus object stays on the bus.
     pub object_linger: Duration,
     pub machine: Machine,
@@ -300,6 +316,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             user_mode: cfg.settings_user_mode,
             script_dir: store.script_dir(),
             stop_timeout_usec: 10_000_000,
+            tee_path: cfg.tee_path.clone(),
         },
         max_pending_per_user: cfg.max_pending_per_user,
         retention_secs: cfg.retention_secs,
@@ -346,10 +363,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, state)) = changes.recv().await {
-                if state != super::job::JobState::Pending
-                    && d.outputs.lock().await.contains_key(&id)
-                {
-                    tokio::spawn(super::output::pump(d.clone(), id));
+                if state.is_final() {
+                    // A job that ended before it started (cancelled) lets go of its output file.
+                    if d.outputs.lock().await.remove(&id).is_some() {
+                        super::output::unstore(id);
+                    }
                 }
                 super::job_object::on_change(&conn, &d, id, state).await;
                 if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {

@@ -55,6 +55,9 @@ pub struct Daemon {
     pub accel: Vec<crate::accel::Active>,
     /// `--output` descriptors of jobs whose copy has not started (see `output`).
     pub outputs: Mutex<HashMap<JobId, std::os::fd::OwnedFd>>,
+    /// Jobs between "marked RUNNING" and systemd's answer to StartTransientUnit:
+    /// never reconciled, or a unit not created yet would look gone.
+    launching: std::sync::Mutex<std::collections::HashSet<JobId>>,
 }
 
 /// What a submission got.
@@ -149,6 +152,7 @@ impl Daemon {
             changes: tx,
             accel,
             outputs: Mutex::new(HashMap::new()),
+            launching: std::sync::Mutex::new(std::collections::HashSet::new()),
         });
         (d, rx)
     }
@@ -331,7 +335,7 @@ impl Daemon {
         cursor: &str,
         max: u32,
     ) -> ApiResult<(Vec<String>, String, JobState)> {
-        let (unit, state) = {
+        let (src, state) = {
             let st = self.state.lock().await;
             let job = st
                 .jobs
@@ -343,21 +347,26 @@ impl Daemon {
                     job.user
                 )));
             }
-            (job.unit.clone(), job.state)
+            (self.log_source(job), job.state)
         };
         if state == JobState::Pending {
             return Ok((Vec::new(), cursor.to_string(), state));
         }
-        let page = super::journal::read(
-            id,
-            &unit,
-            cursor,
-            max.clamp(1, 100_000),
-            self.settings.unit.user_mode,
-        )
-        .await
-        .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))?;
+        let page = super::journal::read(&src, cursor, max.clamp(1, 100_000))
+            .await
+            .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))?;
         Ok((page.lines, page.cursor, state))
+    }
+
+    /// Where job `job`'s output is in the journal.
+    pub fn log_source(&self, job: &Job) -> super::journal::Source {
+        super::journal::Source {
+            id: job.id,
+            unit: job.unit.clone(),
+            invocation_id: job.invocation_id.clone(),
+            start_usec: job.start_usec,
+            user_mode: self.settings.unit.user_mode,
+        }
     }
 
     /// One scheduling pass: start what fits.
@@ -380,6 +389,9 @@ impl Daemon {
         }
         for j in &started {
             st.pending_done(j.uid);
+        }
+        if let Ok(mut l) = self.launching.lock() {
+            l.extend(started.iter().map(|j| j.id));
         }
         // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
         if let Err(e) = st.store.save(started.iter()) {
@@ -436,14 +448,24 @@ impl Daemon {
                 return;
             }
         };
+        // --output: systemd holds the user's file from here on (the job's tee
+        // wrapper writes it), so the daemon lets go of it once the unit exists.
+        let output_fd = self.outputs.lock().await.remove(&job.id);
         let props = unit::properties(
             &job,
             &self.settings.unit,
             run_as.as_ref(),
             &visibility,
             &allow,
+            output_fd.as_ref().and_then(|fd| fd.try_clone().ok()),
         );
-        match self.systemd.start(&job.unit, &props).await {
+        if output_fd.is_some() {
+            super::output::unstore(job.id);
+        }
+        drop(output_fd);
+        let result = self.systemd.start(&job.unit, &props).await;
+        self.launched(job.id);
+        match result {
             Ok(_) => {
                 tracing::info!(job = job.id, unit = %job.unit, "started");
                 self.reconcile(job.id).await;
@@ -455,7 +477,18 @@ impl Daemon {
         }
     }
 
+    fn launched(&self, id: JobId) {
+        if let Ok(mut l) = self.launching.lock() {
+            l.remove(&id);
+        }
+    }
+
+    fn is_launching(&self, id: JobId) -> bool {
+        self.launching.lock().is_ok_and(|l| l.contains(&id))
+    }
+
     async fn fail_launch(&self, id: JobId, detail: String) {
+        self.launched(id);
         tracing::warn!(job = id, "launch failed: {detail}");
         let outcome = Outcome {
             result: "launch-failed".into(),
@@ -492,6 +525,9 @@ impl Daemon {
 
     /// Reads job `id`'s unit and records its end if it finished.
     pub async fn reconcile(&self, id: JobId) {
+        if self.is_launching(id) {
+            return;
+        }
         let (unit, cancelled, invocation) = {
             let st = self.state.lock().await;
             match st.jobs.get(&id) {

@@ -178,6 +178,7 @@ impl Systemd {
             memory_max: get_u64(&s, "MemoryMax"),
             cpu_nsec: get_u64(&s, "CPUUsageNSec"),
             invocation_id: invocation.iter().map(|b| format!("{b:02x}")).collect(),
+            pending_job: get::<(u32, OwnedObjectPath)>(&u, "Job").is_some_and(|(id, _)| id != 0),
         }))
     }
 }

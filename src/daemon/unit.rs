@@ -26,6 +26,8 @@ pub struct UnitSettings {
     pub script_dir: std::path::PathBuf,
     /// How long a stopping job gets between SIGTERM and SIGKILL.
     pub stop_timeout_usec: u64,
+    /// The `xlurm` binary, whose `__tee-output` wraps jobs with `--output`.
+    pub tee_path: String,
 }
 
 /// Environment names the daemon sets and a job can never override.
@@ -85,9 +87,26 @@ pub fn properties(
     run_as: Option<&RunAs>,
     visibility: &[(String, String)],
     devices: &[(String, String)],
+    output: Option<std::os::fd::OwnedFd>,
 ) -> Vec<(&'static str, Variant<'static>)> {
     let alloc = job.alloc.as_ref();
-    let (path, argv) = exec_start(job);
+    let (mut path, mut argv) = exec_start(job);
+    // --output: the tee wrapper gets the user's file as its stdin descriptor.
+    let stdin: Variant<'static> = match output {
+        Some(fd) => {
+            let mut wrapped = vec![
+                settings.tee_path.clone(),
+                "__tee-output".to_string(),
+                "--".to_string(),
+            ];
+            argv[0] = path.clone();
+            wrapped.extend(argv);
+            argv = wrapped;
+            path = settings.tee_path.clone();
+            Variant::Fd(zbus::Fd::from(fd))
+        }
+        None => Variant::from("null"),
+    };
     let mut p: Vec<(&'static str, Variant<'static>)> = vec![
         (
             "Description",
@@ -101,7 +120,14 @@ pub fn properties(
         ("ExecStart", Variant::from(vec![(path, argv, false)])),
         ("WorkingDirectory", Variant::from(job.command.cwd.clone())),
         ("Environment", Variant::from(environment(job, visibility))),
-        ("StandardInput", Variant::from("null")),
+        (
+            if matches!(stdin, Variant::Fd(_)) {
+                "StandardInputFileDescriptor"
+            } else {
+                "StandardInput"
+            },
+            stdin,
+        ),
         ("StandardOutput", Variant::from("journal")),
         ("StandardError", Variant::from("journal")),
         (
@@ -162,6 +188,7 @@ mod tests {
             user_mode: false,
             script_dir: "/var/lib/xlurm/scripts".into(),
             stop_timeout_usec: 10_000_000,
+            tee_path: "/usr/bin/xlurm".into(),
         }
     }
 
@@ -207,7 +234,7 @@ mod tests {
         };
         let vis = vec![("CUDA_VISIBLE_DEVICES".to_string(), "GPU-a".to_string())];
         let dev = vec![("/dev/nvidia0".to_string(), "rw".to_string())];
-        let p = properties(&job, &settings(), Some(&run_as), &vis, &dev);
+        let p = properties(&job, &settings(), Some(&run_as), &vis, &dev, None);
         assert_eq!(get(&p, "AllowedCPUs"), &Variant::from(vec![0b1010u8]));
         assert_eq!(get(&p, "AllowedMemoryNodes"), &Variant::from(vec![0b10u8]));
         assert_eq!(get(&p, "MemoryMax"), &Variant::from(64u64 << 20));
@@ -240,6 +267,27 @@ mod tests {
     }
 
     #[test]
+    fn output_wraps_the_command_in_the_tee_with_the_file_as_stdin() {
+        let job = running_job();
+        let f = tempfile::tempfile().unwrap();
+        let p = properties(&job, &settings(), None, &[], &[], Some(f.into()));
+        assert!(!p.iter().any(|(n, _)| *n == "StandardInput"));
+        assert!(matches!(
+            get(&p, "StandardInputFileDescriptor"),
+            Variant::Fd(_)
+        ));
+        let want = Variant::from(vec![(
+            "/usr/bin/xlurm".to_string(),
+            vec!["/usr/bin/xlurm", "__tee-output", "--", "/usr/bin/env", "-0"]
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+            false,
+        )]);
+        assert_eq!(get(&p, "ExecStart"), &want);
+    }
+
+    #[test]
     fn user_mode_leaves_out_user_switching() {
         let s = UnitSettings {
             user_mode: true,
@@ -250,7 +298,7 @@ mod tests {
             group: "alice".into(),
             supplementary: vec![],
         };
-        let p = properties(&running_job(), &s, Some(&run_as), &[], &[]);
+        let p = properties(&running_job(), &s, Some(&run_as), &[], &[], None);
         assert!(!p.iter().any(|(n, _)| *n == "User" || *n == "Group"));
     }
 
@@ -259,7 +307,7 @@ mod tests {
         let mut job = running_job();
         job.command.script = Some("echo hi\n".into());
         job.command.argv = vec!["a1".into()];
-        let p = properties(&job, &settings(), None, &[], &[]);
+        let p = properties(&job, &settings(), None, &[], &[], None);
         let want = Variant::from(vec![(
             SCRIPT_CREDENTIAL.to_string(),
             "/var/lib/xlurm/scripts/7".to_string(),

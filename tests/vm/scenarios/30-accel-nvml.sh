@@ -107,16 +107,29 @@ submit() {
 }
 field() { xqueue "$1" | sed -n "s/^ *$2: //p" | head -n1; }   # field ID KEY (xqueue ID, as root)
 job_state() { field "$1" State; }
-# wait_state ID STATE [SECS]: on a timeout, shows the job and names a known daemon race.
+# unexpected_end ID WANT: shows job ID; fails naming the daemon's launch race when the job
+# ended CANCELLED although nothing here cancelled it.
+unexpected_end() {
+    local q
+    q=$(xqueue "$1" 2>&1 || true)
+    echo "$q"
+    case $q in
+        *"State: CANCELLED"*"was stopped outside xlurm"*|*"State: CANCELLED"*"stopped without an exit status"*)
+            fail "job $1 ended CANCELLED instead of $2 although nothing cancelled it: xlurmd reconciled it while it was still being launched (its unit not created yet, or created with the start job still queued, ActiveState=inactive) and finalized it -- a daemon race (src/daemon/service.rs reconcile, src/daemon/outcome.rs UnitStatus::finished)" ;;
+    esac
+}
+# wait_state ID STATE [SECS]
 wait_state() {
     local id=$1 want=$2 limit=${3:-60} end st
     end=$(( $(date +%s) + limit ))
     while st=$(job_state "$id"); [ "$st" != "$want" ]; do
-        if [ "$(date +%s)" -ge "$end" ] || { [ "$want" = RUNNING ] && [ "$st" = CANCELLED ]; }; then
+        case $st in
+            COMPLETED|FAILED|CANCELLED|TIMEOUT|OUT_OF_MEMORY|LAUNCH_FAILED|LOST)
+                unexpected_end "$id" "$want"
+                fail "job $id ended $st, not $want" ;;
+        esac
+        if [ "$(date +%s)" -ge "$end" ]; then
             xqueue "$id" || true
-            if [ "$st" = CANCELLED ] && xqueue "$id" | grep -q 'was stopped outside xlurm'; then
-                fail "job $id ended CANCELLED ('stopped outside xlurm') instead of $want: xlurmd's reconcile ran while the job was still being launched (its unit did not exist yet) -- a daemon race, see the scenario's report"
-            fi
             fail "job $id is $st, not $want, after ${limit}s"
         fi
         sleep 0.5
@@ -128,13 +141,19 @@ alloc_devices() { field "$1" Allocated | sed -n 's/.*devices //p'; }
 # run_probe NAME CMD...: CMD (e.g. xrun -i 0 --device nv) runs the probe as alice on the
 # nodes in ${probe_nodes[@]}; sets $probe (the result file) and $probe_rc.
 run_probe() {
-    local name=$1 f
+    local name=$1 f out id
     shift
     f=/home/alice/xlurm-30-$name.txt
     rm -f "$f"
     probe_rc=0
-    as_user alice "$@" "$probe_bin" "$f" "${probe_nodes[@]}" || probe_rc=$?
-    [ -f "$f" ] || fail "the probe job ($*) left no $f (exit $probe_rc)"
+    out=$(as_user alice "$@" "$probe_bin" "$f" "${probe_nodes[@]}" 2>&1) || probe_rc=$?
+    echo "$out"
+    id=$(sed -n 's/.*job \([0-9][0-9]*\): .*/\1/p' <<<"$out" | head -n1)
+    [ -n "$id" ] && job_ids+=("$id")
+    if [ ! -f "$f" ] || [ "$probe_rc" != 0 ]; then
+        [ -n "$id" ] && unexpected_end "$id" COMPLETED
+        fail "the probe job ($*) exited $probe_rc$([ -f "$f" ] || echo " and left no $f")"
+    fi
     probe=$(cat "$f")
     printf '%s\n' "--- probe $name:" "$probe"
 }

@@ -5,7 +5,7 @@
 # man pages and completions are there; remove stops xlurmd and keeps /var/lib/xlurm, purge
 # removes it; packaging/install.sh installs, runs and uninstalls from source; the package
 # goes back on at the end (installing it starts xlurmd with nothing else typed).
-# timeout: 420
+# timeout: 600
 set -euo pipefail
 . "$XLURM_VM_LIB"
 

@@ -1,0 +1,52 @@
+//! The in-job `--output` wrapper: copies output to the journal (stdout) and the
+//! user's file (its stdin descriptor), and exits as the command did.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+
+fn tee(args: &[&str]) -> (std::process::Output, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.txt");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .arg("__tee-output")
+        .arg("--")
+        .args(args)
+        .stdin(Stdio::from(file))
+        .output()
+        .unwrap();
+    (out, std::fs::read_to_string(&path).unwrap())
+}
+
+#[test]
+fn copies_stdout_and_stderr_to_both_and_keeps_the_exit_code() {
+    let (out, file) = tee(&[
+        "/bin/sh",
+        "-c",
+        "echo one; echo two >&2; read x || echo stdin-is-empty; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for want in ["one", "two", "stdin-is-empty"] {
+        assert!(stdout.contains(want), "{stdout}");
+        assert!(file.contains(want), "{file}");
+    }
+}
+
+#[test]
+fn dies_by_the_signal_that_killed_the_command() {
+    let (out, _) = tee(&["/bin/sh", "-c", "kill -KILL $$"]);
+    assert_eq!(out.status.signal(), Some(9));
+}
+
+#[test]
+fn a_missing_command_exits_203_like_systemd() {
+    let (out, _) = tee(&["/nonexistent/cmd"]);
+    assert_eq!(out.status.code(), Some(203));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot execute /nonexistent/cmd"));
+}
