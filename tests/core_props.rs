@@ -80,6 +80,12 @@ enum Op {
     SetPolicy(u8),
     SetHealth(u8, u8),
     SetDisabled(u8, bool),
+    /// Moves a running job's deadline (the n-th by ID) to now + 1 + x.
+    SetDeadline(u16, u16),
+    SetMaxRunning(u8),
+    /// A daemon restart: a fresh scheduler adopts the running jobs and
+    /// queues the pending ones again.
+    Restart,
 }
 
 #[derive(Debug, Clone)]
@@ -269,6 +275,7 @@ fn op(admin: bool) -> BoxedStrategy<Op> {
         3 => (0..400u16).prop_map(Op::Advance),
         2 => any::<u16>().prop_map(Op::Finish),
         1 => any::<u16>().prop_map(Op::Cancel),
+        1 => Just(Op::Restart),
     ];
     if !admin {
         return base.boxed();
@@ -278,6 +285,8 @@ fn op(admin: bool) -> BoxedStrategy<Op> {
         1 => any::<u8>().prop_map(Op::SetPolicy),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(s, h)| Op::SetHealth(s, h)),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(s, d)| Op::SetDisabled(s, d)),
+        1 => (any::<u16>(), any::<u16>()).prop_map(|(n, x)| Op::SetDeadline(n, x)),
+        1 => any::<u8>().prop_map(Op::SetMaxRunning),
     ]
     .boxed()
 }
@@ -334,7 +343,6 @@ fn scenario(
 // ---------------------------------------------------------------- the model
 
 struct Job {
-    demand: Demand,
     alloc: Allocation,
     deadline: u64,
 }
@@ -383,17 +391,7 @@ impl Model {
         match op {
             Op::Submit(raw) => {
                 let req = request(raw, self.s.machine());
-                let v = self.s.validate(&req);
-                if let Err(e) = &v {
-                    let t = format!("{e:?}");
-                    eprintln!(
-                        "REJ {}",
-                        t.split(|c: char| !c.is_alphanumeric()).next().unwrap()
-                    );
-                } else {
-                    eprintln!("REJ accepted");
-                }
-                if let Ok(d) = v {
+                if let Ok(d) = self.s.validate(&req) {
                     assert!(d.time_limit_secs >= 1 && d.time_limit_secs <= LIFETIME);
                     if self.checks {
                         check_can_ever_run(self.s.machine(), &d);
@@ -450,6 +448,39 @@ impl Model {
                     self.promises.clear();
                 }
             }
+            Op::SetDeadline(n, x) => {
+                if let Some(id) = nth(self.running.keys(), *n) {
+                    let deadline = self.now + 1 + *x as u64 % LIFETIME;
+                    assert!(self.s.set_deadline(id, deadline));
+                    self.running.get_mut(&id).unwrap().deadline = deadline;
+                    self.promises.clear();
+                }
+                assert!(!self.s.set_deadline(0, 1), "job 0 never runs");
+            }
+            Op::SetMaxRunning(v) => {
+                let limits = Limits {
+                    max_running: [1, 2, 4, 64][*v as usize % 4],
+                    ..self.s.limits().clone()
+                };
+                self.s.set_limits(limits);
+                self.promises.clear();
+            }
+            Op::Restart => {
+                let free = self.s.free().clone();
+                let mut s = Scheduler::new(
+                    self.s.machine().clone(),
+                    self.s.policy(),
+                    self.s.limits().clone(),
+                );
+                for (id, job) in &self.running {
+                    s.adopt(*id, job.alloc.clone(), job.deadline);
+                }
+                for (id, d) in &self.pending {
+                    s.enqueue(*id, d.clone());
+                }
+                self.s = s;
+                assert_eq!(self.s.free(), &free, "adopting gives the same books");
+            }
         }
         if self.checks {
             self.check_books();
@@ -485,7 +516,6 @@ impl Model {
             self.running.insert(
                 *id,
                 Job {
-                    demand,
                     alloc: alloc.clone(),
                     deadline: r.deadline,
                 },
@@ -770,21 +800,6 @@ fn run(sc: &Scenario, checks: bool, idle_passes: bool) -> Trace {
     // A last pass, then drain.
     model.step(&Op::Pass);
     model.drain();
-    if checks {
-        let starts: usize = model.trace.iter().map(|t| t.1.len()).sum();
-        let res = model
-            .trace
-            .iter()
-            .filter(|t| t.2.is_some_and(|r| r.1 != u64::MAX))
-            .count();
-        eprintln!(
-            "STAT ids={} passes={} starts={} reserved={}",
-            model.next_id - 1,
-            model.trace.len(),
-            starts,
-            res
-        );
-    }
     model.trace
 }
 
@@ -806,7 +821,7 @@ fn check(sc: &Scenario) {
 // ---------------------------------------------------------------- properties
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
 
     /// Everything at once on small machines: any policy, policy switches,
     /// health and disabled changes.
@@ -830,7 +845,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// The 8-node, 256-CPU, 8-GPU machine, GPUs split over nodes in several ways.
     #[test]

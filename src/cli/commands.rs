@@ -419,13 +419,15 @@ impl LogStream {
     async fn drain(&mut self, p: &SchedulerProxy<'_>, id: u64, user: bool) -> Result<()> {
         let t0 = Instant::now();
         let mut empty = 0;
-        while empty < 2 || t0.elapsed() < Duration::from_millis(300) {
+        while empty < 1 || t0.elapsed() < Duration::from_millis(100) {
             let (n, _) = self.pump(p, id, user).await?;
             empty = if n == 0 { empty + 1 } else { 0 };
             if t0.elapsed() > Duration::from_secs(5) {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if n == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         Ok(())
     }

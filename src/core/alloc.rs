@@ -11,6 +11,13 @@
 //!    `numa_local`; memory is charged per node, and only charged nodes go
 //!    into `AllowedMemoryNodes`.
 //! 4. An exclusive job fits only on an idle machine and holds all of it.
+//!
+//! A job that does not fit gets the mildest reason that explains it: held
+//! resources (`Resources`, `Exclusive`) before busy, unknown or disabled
+//! devices, across every vendor an `auto` job could use. An exclusive job's
+//! devices are judged as on the idle machine, so one whose devices are busy
+//! says so even while the machine is in use. The scheduler relies on this: a
+//! job failing for a device reason could not start however many jobs ended.
 
 use super::books::Avail;
 use super::device::{DeviceRef, Health, Vendor};
@@ -140,56 +147,27 @@ impl Room {
     /// summarises; true when it may succeed. Exact for jobs without devices
     /// that are not exclusive.
     pub fn may_fit(&self, demand: &Demand) -> bool {
-        self.admits(&Need::of(demand))
-    }
-
-    /// [`Room::may_fit`] for a demand's [`Need`].
-    pub fn admits(&self, need: &Need) -> bool {
-        if need.exclusive {
+        if demand.exclusive {
             return self.idle;
         }
-        if need.count > 0 {
-            let enough = match need.vendor {
-                Some(v) => self.devices[v.index()] >= need.count,
-                None => self.devices.iter().any(|n| *n >= need.count),
+        let d = &demand.devices;
+        if d.count > 0 {
+            let enough = match d.vendor {
+                Some(v) => self.devices[v.index()] >= d.count,
+                None => self.devices.iter().any(|n| *n >= d.count),
             };
             if !enough {
                 return false;
             }
         }
-        let (c, m) = (need.cpus, need.mem);
-        if need.numa_local {
+        let (c, m) = (demand.cpus, demand.mem_bytes);
+        if demand.numa_local {
             self.node_cpus
                 .iter()
                 .zip(&self.node_mem)
                 .any(|(nc, nm)| *nc >= c && *nm >= m)
         } else {
             self.cpus >= c && self.mem >= m
-        }
-    }
-}
-
-/// The part of a [`Demand`] the quick fit test reads, small enough that a
-/// pass over a long queue stays in cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Need {
-    pub mem: u64,
-    pub cpus: u32,
-    pub count: u32,
-    pub vendor: Option<Vendor>,
-    pub exclusive: bool,
-    pub numa_local: bool,
-}
-
-impl Need {
-    pub fn of(d: &Demand) -> Need {
-        Need {
-            mem: d.mem_bytes,
-            cpus: d.cpus,
-            count: d.devices.count,
-            vendor: d.devices.vendor,
-            exclusive: d.exclusive,
-            numa_local: d.numa_local,
         }
     }
 }

@@ -7,9 +7,36 @@
 use std::fmt;
 
 /// A set of IDs below 2^20, stored as a bitset.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default)]
 pub struct IdSet {
     words: Vec<u64>,
+}
+
+impl IdSet {
+    /// The words up to the last non-zero one: equal sets have equal cores
+    /// however they were built (`subtract` and `remove` leave zero words).
+    fn core(&self) -> &[u64] {
+        let len = self
+            .words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |i| i + 1);
+        &self.words[..len]
+    }
+}
+
+impl PartialEq for IdSet {
+    fn eq(&self, other: &IdSet) -> bool {
+        self.core() == other.core()
+    }
+}
+
+impl Eq for IdSet {}
+
+impl std::hash::Hash for IdSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.core().hash(state);
+    }
 }
 
 /// A set of CPU numbers.
@@ -305,5 +332,14 @@ mod tests {
         let mut d = IdSet::range(0, 130);
         d.remove(64);
         assert!(!d.contains(64) && d.contains(129) && !d.contains(130));
+        // Equality is by members, whatever zero words removals left behind.
+        let mut e = IdSet::range(0, 130);
+        e.subtract(&IdSet::range(1, 130));
+        assert_eq!(e, IdSet::range(0, 1));
+        e.remove(0);
+        assert_eq!(e, IdSet::new());
+        use std::hash::{BuildHasher, RandomState};
+        let r = RandomState::new();
+        assert_eq!(r.hash_one(&e), r.hash_one(IdSet::new()));
     }
 }

@@ -3,14 +3,17 @@
 //!
 //! A pass walks the queue in policy order and stops as early as it can prove
 //! nothing more will start (the running limit, no CPU left in the view later
-//! jobs may use, fifo-strict's blocked head). Request shapes that failed are
-//! remembered for the rest of the pass (free resources only shrink during a
-//! pass, so a shape that failed keeps failing), which makes a pass over a long
-//! queue of similar jobs cost one hash lookup per job. Pending reasons are not
+//! jobs may use, fifo-strict's blocked head). Once the head is known, a job
+//! that a summary of the free resources ([`Room`]) shows cannot fit is skipped
+//! without a placement, in a few comparisons; request shapes whose placement
+//! failed are remembered for the rest of the pass (free resources only shrink
+//! during a pass, so a shape that failed keeps failing). A pass over a long
+//! queue that cannot start anything thus costs O(n) cheap checks plus one
+//! placement per distinct shape that passes them. Pending reasons are not
 //! stored per job; [`Scheduler::reason`] derives one on demand from the state
 //! the last pass left.
 
-use super::alloc::{place, Allocation, Need, Room};
+use super::alloc::{place, Allocation, Room};
 use super::books::{Avail, Books};
 use super::device::{Health, Vendor};
 use super::machine::Machine;
@@ -48,21 +51,12 @@ struct Budget {
 /// Queue order: `(rank, id)`; rank is 0 except under largest-first.
 type QueueKey = (u32, JobId);
 
-/// A queued job: what a pass reads of every job inline, the rest boxed, so
-/// walking a queue of 100,000 jobs touches a few MB rather than tens.
-#[derive(Debug, Clone)]
-struct Queued {
-    need: Need,
-    time_limit_secs: u64,
-    demand: Demand,
-}
-
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     machine: Machine,
     books: Books,
     running: HashMap<JobId, Running>,
-    queue: BTreeMap<QueueKey, Queued>,
+    queue: BTreeMap<QueueKey, Demand>,
     ranks: HashMap<JobId, u32>,
     policy: Policy,
     limits: Limits,
@@ -208,12 +202,7 @@ impl Scheduler {
     pub fn enqueue(&mut self, id: JobId, demand: Demand) {
         let rank = self.rank(&demand);
         self.ranks.insert(id, rank);
-        let queued = Queued {
-            need: Need::of(&demand),
-            time_limit_secs: demand.time_limit_secs,
-            demand,
-        };
-        self.queue.insert((rank, id), queued);
+        self.queue.insert((rank, id), demand);
     }
 
     /// Removes a pending job; false when it was not pending.
@@ -225,10 +214,7 @@ impl Scheduler {
     }
 
     pub fn demand(&self, id: JobId) -> Option<&Demand> {
-        self.ranks
-            .get(&id)
-            .and_then(|r| self.queue.get(&(*r, id)))
-            .map(|q| &q.demand)
+        self.ranks.get(&id).and_then(|r| self.queue.get(&(*r, id)))
     }
 
     /// Records a job that already holds `alloc` (one re-adopted after a restart).
@@ -279,7 +265,7 @@ impl Scheduler {
         let old = std::mem::take(&mut self.queue);
         self.ranks.clear();
         for ((_, id), q) in old {
-            self.enqueue(id, q.demand);
+            self.enqueue(id, q);
         }
     }
 
@@ -340,14 +326,14 @@ impl Scheduler {
         let max_running = self.limits.max_running as usize;
         // Whether the pass stopped before it could tell which job blocks.
         let mut stopped_early = false;
-        for (&(_, id), queued) in &self.queue {
+        for (&(_, id), demand) in &self.queue {
             if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
                 break;
             }
             // Short jobs under strict-backfill may use everything free; other
             // jobs after the head only the view.
-            let short = shadow.is_some_and(|s| now.saturating_add(queued.time_limit_secs) <= s);
+            let short = shadow.is_some_and(|s| now.saturating_add(demand.time_limit_secs) <= s);
             let (avail, room) = match &view {
                 Some((v, r)) if !short => (v, r),
                 _ => (&self.books.free, &free_room),
@@ -360,11 +346,10 @@ impl Scheduler {
                 }
                 // After the head every failure only means "skip", so a job
                 // that certainly does not fit needs no placement.
-                if !room.admits(&queued.need) {
+                if !room.may_fit(demand) {
                     continue;
                 }
             }
-            let demand = &queued.demand;
             let shape = Shape::of(demand, short);
             if failed.contains(&shape) {
                 continue;

@@ -87,7 +87,8 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     if !src.invocation_id.is_empty() {
         cmd.arg(format!("_SYSTEMD_INVOCATION_ID={}", src.invocation_id));
     }
-    if src.start_usec > 0 {
+    // journalctl takes either --since or --after-cursor.
+    if src.start_usec > 0 && cursor.is_empty() {
         cmd.arg(format!(
             "--since=@{}",
             (src.start_usec / 1_000_000).saturating_sub(1)
@@ -97,17 +98,26 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
         cmd.arg(format!("--after-cursor={cursor}"));
     }
     cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let out = cmd.output().await.context("running journalctl")?;
-    if !out.status.success() && out.stdout.is_empty() {
-        anyhow::bail!(
-            "journalctl failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    // Read only the first `max` entries and stop journalctl there: a page costs
+    // what it holds, not the whole rest of the job's output.
+    let mut child = cmd.spawn().context("running journalctl")?;
+    let stdout = child.stdout.take().context("journalctl's output")?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut kept = Vec::new();
+    while kept.len() < max as usize {
+        match lines
+            .next_line()
+            .await
+            .context("reading journalctl's output")?
+        {
+            Some(l) => kept.push(l),
+            None => break,
+        }
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Keep the first `max` entries; the cursor is that of the last one kept.
-    let kept: Vec<&str> = text.lines().take(max as usize).collect();
+    let _ = child.start_kill();
+    let _ = child.wait().await;
     Ok(parse(&kept.join("\n"), cursor))
 }
 

@@ -124,6 +124,11 @@ pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
         JobState::LaunchFailed
     } else if o.exit_status == Some(0) {
         JobState::Completed
+    } else if u.result == "success" && o.signal == Some(15) {
+        // systemd counts SIGTERM as a clean end: the unit was stopped from
+        // outside xlurm (systemctl stop) or the job ended itself so.
+        o.detail = "stopped by SIGTERM outside xlurm (systemctl stop?)".into();
+        JobState::Cancelled
     } else if let Some(sig) = o.signal {
         o.detail = format!("killed by signal {sig}");
         JobState::Failed

@@ -242,6 +242,8 @@ async fn run(o: Options) -> Result<(), Refusal> {
         _ = tokio::signal::ctrl_c() => {},
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    // Let launches in flight reach systemd before exiting.
+    daemon.wait_launches(Duration::from_secs(10)).await;
     tracing::info!("stopping; running jobs keep running under systemd");
     Ok(())
 }

@@ -370,7 +370,7 @@ impl Daemon {
     }
 
     /// One scheduling pass: start what fits.
-    pub async fn schedule(&self) {
+    pub async fn schedule(self: &Arc<Self>) {
         let mut st = self.state.lock().await;
         let now = now_usec();
         let starts = st.sched.schedule(now / 1_000_000);
@@ -412,9 +412,11 @@ impl Daemon {
             }
         }
         drop(st);
+        // Launch concurrently: each waits for systemd on its own.
         for job in started {
             self.changed(job.id, JobState::Running);
-            self.launch(job).await;
+            let d = self.clone();
+            tokio::spawn(async move { d.launch(job).await });
         }
     }
 
@@ -483,6 +485,15 @@ impl Daemon {
         }
     }
 
+    /// Waits (up to `limit`) until no launch is in flight: called before the
+    /// daemon exits, so no job is left marked RUNNING without its unit.
+    pub async fn wait_launches(&self, limit: std::time::Duration) {
+        let t0 = std::time::Instant::now();
+        while self.launching.lock().is_ok_and(|l| !l.is_empty()) && t0.elapsed() < limit {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     fn is_launching(&self, id: JobId) -> bool {
         self.launching.lock().is_ok_and(|l| l.contains(&id))
     }
@@ -517,10 +528,10 @@ impl Daemon {
         }
         drop(st);
         tracing::info!(job = id, state = state.name(), "finished");
-        let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
-        self.systemd.collect(&job.unit).await;
         self.changed(id, state);
         self.kick.notify_one();
+        let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        self.systemd.collect(&job.unit).await;
     }
 
     /// Reads job `id`'s unit and records its end if it finished.

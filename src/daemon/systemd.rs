@@ -150,8 +150,16 @@ impl Systemd {
 
     /// The status of `unit`, or `None` when systemd has no such unit loaded.
     pub async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
-        if self.manager.get_unit(unit).await.is_err() {
-            return Ok(None);
+        // Only "no such unit" means gone; any other error (systemd re-executing,
+        // the bus busy) is an error, so the job is looked at again later.
+        match self.manager.get_unit(unit).await {
+            Ok(_) => {}
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit" =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(anyhow::anyhow!("GetUnit({unit}): {e}")),
         }
         let path = unit_path(unit);
         let props = zbus::fdo::PropertiesProxy::builder(&self.conn)
@@ -164,7 +172,7 @@ impl Systemd {
             zbus::names::InterfaceName::try_from("org.freedesktop.systemd1.Service")?;
         let u = match props.get_all(unit_iface).await {
             Ok(u) => u,
-            Err(_) => return Ok(None),
+            Err(e) => return Err(anyhow::anyhow!("reading {unit}: {e}")),
         };
         let s = props.get_all(service_iface).await.unwrap_or_default();
         let invocation: Vec<u8> = get(&u, "InvocationID").unwrap_or_default();

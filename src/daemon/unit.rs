@@ -33,7 +33,23 @@ pub struct UnitSettings {
 /// Environment names the daemon sets and a job can never override.
 pub fn reserved_env(name: &str) -> bool {
     use crate::accel::{CUDA_DEVICE_ORDER, VISIBILITY_VARIABLES};
-    name == "XLURM_JOB_ID" || name == CUDA_DEVICE_ORDER.0 || VISIBILITY_VARIABLES.contains(&name)
+    /// What systemd itself sets for a service; a forwarded value would shadow it.
+    const SYSTEMD: [&str; 10] = [
+        "CREDENTIALS_DIRECTORY",
+        "INVOCATION_ID",
+        "JOURNAL_STREAM",
+        "NOTIFY_SOCKET",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+        "SYSTEMD_EXEC_PID",
+        "WATCHDOG_PID",
+        "WATCHDOG_USEC",
+    ];
+    name == "XLURM_JOB_ID"
+        || name == CUDA_DEVICE_ORDER.0
+        || VISIBILITY_VARIABLES.contains(&name)
+        || SYSTEMD.contains(&name)
 }
 
 /// The credential name under which a batch script snapshot is passed.
@@ -117,7 +133,12 @@ pub fn properties(
         ),
         ("Slice", Variant::from(settings.slice.clone())),
         ("Type", Variant::from("exec")),
-        ("ExecStart", Variant::from(vec![(path, argv, false)])),
+        // ExecStartEx with no-env-expand: the arguments reach the job exactly as
+        // given (plain ExecStart would expand $VAR and $$ in them).
+        (
+            "ExecStartEx",
+            Variant::from(vec![(path, argv, vec!["no-env-expand".to_string()])]),
+        ),
         ("WorkingDirectory", Variant::from(job.command.cwd.clone())),
         ("Environment", Variant::from(environment(job, visibility))),
         (
@@ -249,11 +270,11 @@ mod tests {
             &Variant::from(job.demand.time_limit_secs * 1_000_000)
         );
         assert_eq!(
-            get(&p, "ExecStart"),
+            get(&p, "ExecStartEx"),
             &Variant::from(vec![(
                 "/usr/bin/env".to_string(),
                 vec!["/usr/bin/env".to_string(), "-0".to_string()],
-                false
+                vec!["no-env-expand".to_string()]
             )])
         );
         // Forwarded values never override the daemon's variables.
@@ -282,9 +303,9 @@ mod tests {
                 .into_iter()
                 .map(String::from)
                 .collect::<Vec<_>>(),
-            false,
+            vec!["no-env-expand".to_string()],
         )]);
-        assert_eq!(get(&p, "ExecStart"), &want);
+        assert_eq!(get(&p, "ExecStartEx"), &want);
     }
 
     #[test]
@@ -313,11 +334,11 @@ mod tests {
             "/var/lib/xlurm/scripts/7".to_string(),
         )]);
         assert_eq!(get(&p, "LoadCredential"), &want);
-        let Variant::Array(a) = get(&p, "ExecStart") else {
+        let Variant::Array(a) = get(&p, "ExecStartEx") else {
             panic!("not an array")
         };
         assert_eq!(a.len(), 1);
-        let text = format!("{:?}", get(&p, "ExecStart"));
+        let text = format!("{:?}", get(&p, "ExecStartEx"));
         assert!(
             text.contains("CREDENTIALS_DIRECTORY") && text.contains("a1"),
             "{text}"

@@ -93,8 +93,18 @@ impl ServiceObj {
     }
 }
 
-fn no_such_unit(name: &str) -> zbus::fdo::Error {
-    zbus::fdo::Error::Failed(format!("Unit {name} not loaded."))
+/// systemd's own error names, as the real manager replies them.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.freedesktop.systemd1")]
+pub enum SdError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    NoSuchUnit(String),
+    Failed(String),
+}
+
+fn no_such_unit(name: &str) -> SdError {
+    SdError::NoSuchUnit(format!("Unit {name} not loaded."))
 }
 
 #[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
@@ -116,10 +126,10 @@ impl Manager {
         self.fake.start(name, properties).await
     }
 
-    async fn stop_unit(&self, name: String, _mode: String) -> zbus::fdo::Result<OwnedObjectPath> {
+    async fn stop_unit(&self, name: String, _mode: String) -> Result<OwnedObjectPath, SdError> {
         self.fake.stop(&name).await?;
         OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
-            .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+            .map_err(|e| SdError::Failed(e.to_string()))
     }
 
     async fn reset_failed_unit(&self, name: String) -> zbus::fdo::Result<()> {
@@ -127,15 +137,15 @@ impl Manager {
         Ok(())
     }
 
-    fn get_unit(&self, name: String) -> zbus::fdo::Result<OwnedObjectPath> {
+    fn get_unit(&self, name: String) -> Result<OwnedObjectPath, SdError> {
         let shared = self
             .fake
             .shared
             .lock()
-            .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+            .map_err(|_| SdError::Failed("poisoned".into()))?;
         if shared.units.contains_key(&name) {
             OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(&name))
-                .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+                .map_err(|e| SdError::Failed(e.to_string()))
         } else {
             Err(no_such_unit(&name))
         }
@@ -256,9 +266,10 @@ impl FakeSystemd {
             .map_err(|e| fail(e.to_string()))?;
         if self.mode == Mode::Run {
             let argv: Vec<(String, Vec<String>, bool)> = props
-                .get("ExecStart")
+                .get("ExecStartEx")
                 .and_then(|v| v.try_clone().ok())
-                .and_then(|v| Vec::<(String, Vec<String>, bool)>::try_from(v).ok())
+                .and_then(|v| Vec::<(String, Vec<String>, Vec<String>)>::try_from(v).ok())
+                .map(|v| v.into_iter().map(|(p, a, _)| (p, a, false)).collect())
                 .unwrap_or_default();
             let env: Vec<String> = props
                 .get("Environment")
@@ -355,12 +366,12 @@ impl FakeSystemd {
         }
     }
 
-    async fn stop(&self, name: &str) -> zbus::fdo::Result<()> {
+    async fn stop(&self, name: &str) -> Result<(), SdError> {
         {
             let mut shared = self
                 .shared
                 .lock()
-                .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+                .map_err(|_| SdError::Failed("poisoned".into()))?;
             if !shared.units.contains_key(name) {
                 return Err(no_such_unit(name));
             }

@@ -128,13 +128,14 @@ out=$(as_user alice xbatch -t 60 -n xlurm-21-probe --wrap "exec >~/xlurm-21.out 
     echo uid=\$(id -u) gid=\$(id -g) groups=\$(id -G)
     echo suid_euid=\$($suid -u)
     grep -E '^(NoNewPrivs|CapEff|CapPrm|CapAmb):' /proc/self/status
-    head -c1 $blk >/dev/null; echo head_rc=\$?
+    timeout 5 head -c1 $blk >/dev/null; echo head_rc=\$?
     echo cgroup=\$(cat /proc/self/cgroup)
     echo \$\$ > /sys/fs/cgroup/cgroup.procs; echo escape_root_rc=\$?
     echo \$\$ > /sys/fs/cgroup/xlurm.slice/cgroup.procs; echo escape_slice_rc=\$?
     echo cgroup_after=\$(cat /proc/self/cgroup)" 2>&1)
 pid_job=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
-wait_for "case \$(state_of $pid_job) in COMPLETED|FAILED) true;; *) false;; esac" 60
+wait_for "case \$(state_of $pid_job) in PENDING|RUNNING) false;; *) true;; esac" 90
+note "probe job $pid_job ended $(state_of "$pid_job")"
 out=$(cat /home/alice/xlurm-21.out); echo "$out"
 assert_contains "$out" "uid=1001 gid=1001 groups=1001" "runs as alice with her groups only"
 assert_contains "$out" "suid_euid=1001" "setuid-root binary gains nothing (NoNewPrivileges)"
