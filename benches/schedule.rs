@@ -239,12 +239,10 @@ fn build(shape: Shape, q: Queue, pending: usize, policy: Policy) -> (Scheduler, 
     let running = adopt_running(&mut s, shape, &mut rng);
     let free_cpus = s.free().free_cpus();
     let free_mem: u64 = s.free().mem.iter().sum();
-    let mut id: JobId = 100_000;
     for i in 0..pending {
         let req = pending_request(q, i, free_cpus, free_mem, &mut rng);
         let d = s.validate(&req).expect("benchmark request is valid");
-        s.enqueue(id, d);
-        id += 1;
+        s.enqueue(100_000 + i as JobId, d);
     }
     (s, running)
 }
@@ -343,7 +341,7 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1).cloned());
-    let wanted = |label: &str| only.as_ref().map_or(true, |o| label.contains(o.as_str()));
+    let wanted = |label: &str| only.as_ref().is_none_or(|o| label.contains(o.as_str()));
     let passes = if quick { 5 } else { PASSES };
     // `--repeat N`: N passes on one scheduler (1024cpu, hard queue,
     // easy-backfill), no clones: for `perf stat`.

@@ -33,6 +33,7 @@ async fn env() -> Env {
     let cfg = ServeConfig {
         object_linger: std::time::Duration::from_secs(600),
         accel: vec![],
+        tee_path: env!("CARGO_BIN_EXE_xlurm").to_string(),
         machine: Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]),
         policy: Policy::EasyBackfill,
         limits: Limits {

@@ -252,13 +252,14 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         user_mode: false,
         script_dir: "/var/lib/xlurm/scripts".into(),
         stop_timeout_usec: 10_000_000,
+        tee_path: "/usr/bin/xlurm".into(),
     };
     let run_as = RunAs {
         user: "alice".into(),
         group: "alice".into(),
         supplementary: vec![],
     };
-    let props = unit::properties(&job, &settings, Some(&run_as), &[], &[]);
+    let props = unit::properties(&job, &settings, Some(&run_as), &[], &[], None);
     let get = |name: &str| -> Vec<&Variant<'static>> {
         props
             .iter()
@@ -297,24 +298,24 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         1,
         "a forwarded XLURM_JOB_ID survived"
     );
-    // ExecStart: one command, an absolute valid path, a non-empty argv.
-    let Variant::Array(cmds) = one("ExecStart") else {
-        panic!("ExecStart is not an array")
+    // ExecStartEx: one command, an absolute valid path, a non-empty argv, and
+    // no environment expansion of the arguments.
+    let Variant::Array(cmds) = one("ExecStartEx") else {
+        panic!("ExecStartEx is not an array")
     };
     assert_eq!(cmds.len(), 1);
-    let text = format!("{:?}", one("ExecStart"));
-    assert!(!text.is_empty());
-    let exec: Vec<(String, Vec<String>, bool)> =
-        Vec::try_from(one("ExecStart").clone()).expect("a(sasb)");
-    let (path, argv, ignore) = &exec[0];
-    assert!(path_ok(path), "ExecStart path {path:?}");
-    assert!(!argv.is_empty() && !ignore);
+    let exec: Vec<(String, Vec<String>, Vec<String>)> =
+        Vec::try_from(one("ExecStartEx").clone()).expect("a(sasas)");
+    let (path, argv, flags) = &exec[0];
+    assert!(path_ok(path), "ExecStartEx path {path:?}");
+    assert!(!argv.is_empty());
+    assert_eq!(flags, &vec!["no-env-expand".to_string()]);
     // Nothing the caller sent named a property.
     const ALLOWED: [&str; 26] = [
         "Description",
         "Slice",
         "Type",
-        "ExecStart",
+        "ExecStartEx",
         "WorkingDirectory",
         "Environment",
         "StandardInput",

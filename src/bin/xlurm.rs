@@ -11,7 +11,7 @@ fn main() {
     if raw.get(1).map(String::as_str) == Some("__tee-output") {
         let rest = &raw[2..];
         let cmd = rest.strip_prefix(&["--".to_string()]).unwrap_or(rest);
-        std::process::exit(xlurm::cli::tee::main(&cmd));
+        std::process::exit(xlurm::cli::tee::main(cmd));
     }
     let args = xlurm::cli::normalize_args(raw);
     let cli = xlurm::cli::Cli::parse_from(args);

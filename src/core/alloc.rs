@@ -146,6 +146,7 @@ impl Room {
     /// False when [`place`] would certainly fail for `demand` in the view this
     /// summarises; true when it may succeed. Exact for jobs without devices
     /// that are not exclusive.
+    #[inline]
     pub fn may_fit(&self, demand: &Demand) -> bool {
         if demand.exclusive {
             return self.idle;

@@ -146,7 +146,7 @@ pub fn format_bytes(bytes: u64) -> String {
         (1 << 10, "K"),
     ];
     for (size, unit) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
     }

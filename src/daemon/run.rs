@@ -416,7 +416,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 for id in running {
                     d.reconcile(id).await;
                 }
-                if tick % 12 == 0 {
+                if tick.is_multiple_of(12) {
                     d.clean().await;
                 }
                 notify_status(&d).await;

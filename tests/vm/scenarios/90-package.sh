@@ -99,11 +99,10 @@ for p in man1/xlurm.1 man1/xrun.1 man1/xbatch.1 man1/xqueue.1 man1/xcancel.1 man
     zcat "$f" | grep -q '^\.SH NAME' || fail "$p has no NAME section"
 done
 assert_contains "$(zcat /usr/share/man/man1/xrun.1.gz)" "EXIT STATUS"
-if command -v man >/dev/null; then
-    assert_contains "$(man xrun 2>&1)" "xrun"
-else
-    note "(no man-db in the image: checked the page files only)"
-fi
+command -v man >/dev/null || fail "man-db is missing from the image"
+page=$(MANPAGER=cat man xrun 2>&1)
+assert_contains "$page" "xrun"
+assert_contains "$page" "EXIT STATUS" "man xrun renders the page"
 
 check "shell completions"
 for f in /usr/share/bash-completion/completions/{xlurm,xrun,xbatch,xqueue,xcancel,xinfo} \
@@ -111,6 +110,12 @@ for f in /usr/share/bash-completion/completions/{xlurm,xrun,xbatch,xqueue,xcance
     [ -s "$f" ] || fail "$f missing"
 done
 assert_contains "$(bash -c '. /usr/share/bash-completion/completions/xrun && complete -p xrun')" "xrun"
+check "xrun <TAB> completes options through bash-completion"
+comp=$(bash -c '. /usr/share/bash-completion/bash_completion; . /usr/share/bash-completion/completions/xrun;
+  COMP_WORDS=(xrun --ti); COMP_CWORD=1; COMP_LINE="xrun --ti"; COMP_POINT=${#COMP_LINE};
+  fn=$(complete -p xrun | sed -E "s/.*-F ([^ ]+).*/\1/"); $fn xrun --ti xrun; printf "%s\n" "${COMPREPLY[@]}"')
+echo "$comp"
+assert_contains "$comp" "--time-limit"
 assert_contains "$(bash -c '. /usr/share/bash-completion/completions/xlurm && complete -p xlurm')" "xlurm"
 
 check "apt remove xlurm stops xlurmd and keeps /var/lib/xlurm"
