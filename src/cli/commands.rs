@@ -417,18 +417,10 @@ impl LogStream {
     /// After the job ended: reads until the journal has nothing more (it may
     /// still be writing the last lines when the unit ends).
     async fn drain(&mut self, p: &SchedulerProxy<'_>, id: u64, user: bool) -> Result<()> {
+        // The job's unit has been harvested by now, and journald has read the
+        // job's stream to its end: read until a page comes back empty.
         let t0 = Instant::now();
-        let mut empty = 0;
-        while empty < 1 || t0.elapsed() < Duration::from_millis(100) {
-            let (n, _) = self.pump(p, id, user).await?;
-            empty = if n == 0 { empty + 1 } else { 0 };
-            if t0.elapsed() > Duration::from_secs(5) {
-                break;
-            }
-            if n == 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+        while self.pump(p, id, user).await?.0 > 0 && t0.elapsed() < Duration::from_secs(30) {}
         Ok(())
     }
 }

@@ -148,27 +148,57 @@ impl Room {
     /// that are not exclusive.
     #[inline]
     pub fn may_fit(&self, demand: &Demand) -> bool {
-        if demand.exclusive {
+        self.admits(&Need::of(demand))
+    }
+
+    /// [`Room::may_fit`] for a demand's [`Need`].
+    #[inline]
+    pub fn admits(&self, need: &Need) -> bool {
+        if need.exclusive {
             return self.idle;
         }
-        let d = &demand.devices;
-        if d.count > 0 {
-            let enough = match d.vendor {
-                Some(v) => self.devices[v.index()] >= d.count,
-                None => self.devices.iter().any(|n| *n >= d.count),
+        if need.count > 0 {
+            let enough = match need.vendor {
+                Some(v) => self.devices[v.index()] >= need.count,
+                None => self.devices.iter().any(|n| *n >= need.count),
             };
             if !enough {
                 return false;
             }
         }
-        let (c, m) = (demand.cpus, demand.mem_bytes);
-        if demand.numa_local {
+        let (c, m) = (need.cpus, need.mem);
+        if need.numa_local {
             self.node_cpus
                 .iter()
                 .zip(&self.node_mem)
                 .any(|(nc, nm)| *nc >= c && *nm >= m)
         } else {
             self.cpus >= c && self.mem >= m
+        }
+    }
+}
+
+/// What the quick fit test reads of a [`Demand`]: small, so that the
+/// scheduler can keep one per queued job where a pass walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    pub mem: u64,
+    pub cpus: u32,
+    pub count: u32,
+    pub vendor: Option<Vendor>,
+    pub exclusive: bool,
+    pub numa_local: bool,
+}
+
+impl Need {
+    pub fn of(d: &Demand) -> Need {
+        Need {
+            mem: d.mem_bytes,
+            cpus: d.cpus,
+            count: d.devices.count,
+            vendor: d.devices.vendor,
+            exclusive: d.exclusive,
+            numa_local: d.numa_local,
         }
     }
 }

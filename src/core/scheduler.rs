@@ -13,7 +13,7 @@
 //! stored per job; [`Scheduler::reason`] derives one on demand from the state
 //! the last pass left.
 
-use super::alloc::{place, Allocation, Room};
+use super::alloc::{place, Allocation, Need, Room};
 use super::books::{Avail, Books};
 use super::device::{Health, Vendor};
 use super::machine::Machine;
@@ -51,13 +51,22 @@ struct Budget {
 /// Queue order: `(rank, id)`; rank is 0 except under largest-first.
 type QueueKey = (u32, JobId);
 
+/// What a pass reads of every queued job, kept apart from the full demands so
+/// that walking a long queue touches as little memory as possible.
+#[derive(Debug, Clone, Copy)]
+struct Brief {
+    need: Need,
+    time_limit_secs: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     machine: Machine,
     books: Books,
     running: HashMap<JobId, Running>,
-    queue: BTreeMap<QueueKey, Demand>,
-    ranks: HashMap<JobId, u32>,
+    queue: BTreeMap<QueueKey, Brief>,
+    /// Each pending job's rank and demand.
+    pending: HashMap<JobId, (u32, Demand)>,
     policy: Policy,
     limits: Limits,
     budget: Option<Budget>,
@@ -140,7 +149,7 @@ impl Scheduler {
             machine,
             running: HashMap::new(),
             queue: BTreeMap::new(),
-            ranks: HashMap::new(),
+            pending: HashMap::new(),
             policy,
             limits,
             budget: None,
@@ -178,7 +187,7 @@ impl Scheduler {
     }
 
     pub fn is_pending(&self, id: JobId) -> bool {
-        self.ranks.contains_key(&id)
+        self.pending.contains_key(&id)
     }
 
     /// The job holding device `slot`.
@@ -201,20 +210,24 @@ impl Scheduler {
     /// Queues a validated demand.
     pub fn enqueue(&mut self, id: JobId, demand: Demand) {
         let rank = self.rank(&demand);
-        self.ranks.insert(id, rank);
-        self.queue.insert((rank, id), demand);
+        let brief = Brief {
+            need: Need::of(&demand),
+            time_limit_secs: demand.time_limit_secs,
+        };
+        self.queue.insert((rank, id), brief);
+        self.pending.insert(id, (rank, demand));
     }
 
     /// Removes a pending job; false when it was not pending.
     pub fn dequeue(&mut self, id: JobId) -> bool {
-        match self.ranks.remove(&id) {
-            Some(rank) => self.queue.remove(&(rank, id)).is_some(),
+        match self.pending.remove(&id) {
+            Some((rank, _)) => self.queue.remove(&(rank, id)).is_some(),
             None => false,
         }
     }
 
     pub fn demand(&self, id: JobId) -> Option<&Demand> {
-        self.ranks.get(&id).and_then(|r| self.queue.get(&(*r, id)))
+        self.pending.get(&id).map(|(_, d)| d)
     }
 
     /// Records a job that already holds `alloc` (one re-adopted after a restart).
@@ -262,10 +275,10 @@ impl Scheduler {
         }
         self.policy = policy;
         self.budget = None;
-        let old = std::mem::take(&mut self.queue);
-        self.ranks.clear();
-        for ((_, id), q) in old {
-            self.enqueue(id, q);
+        self.queue.clear();
+        let old = std::mem::take(&mut self.pending);
+        for (id, (_, d)) in old {
+            self.enqueue(id, d);
         }
     }
 
@@ -326,14 +339,14 @@ impl Scheduler {
         let max_running = self.limits.max_running as usize;
         // Whether the pass stopped before it could tell which job blocks.
         let mut stopped_early = false;
-        for (&(_, id), demand) in &self.queue {
+        for (&(_, id), brief) in &self.queue {
             if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
                 break;
             }
             // Short jobs under strict-backfill may use everything free; other
             // jobs after the head only the view.
-            let short = shadow.is_some_and(|s| now.saturating_add(demand.time_limit_secs) <= s);
+            let short = shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs) <= s);
             let (avail, room) = match &view {
                 Some((v, r)) if !short => (v, r),
                 _ => (&self.books.free, &free_room),
@@ -346,10 +359,11 @@ impl Scheduler {
                 }
                 // After the head every failure only means "skip", so a job
                 // that certainly does not fit needs no placement.
-                if !room.may_fit(demand) {
+                if !room.admits(&brief.need) {
                     continue;
                 }
             }
+            let demand = &self.pending[&id].1;
             let shape = Shape::of(demand, short);
             if failed.contains(&shape) {
                 continue;
@@ -435,7 +449,7 @@ impl Scheduler {
             && self
                 .budget
                 .as_ref()
-                .is_some_and(|b| self.ranks.contains_key(&b.head));
+                .is_some_and(|b| self.pending.contains_key(&b.head));
         if !keep {
             self.budget = None;
         }
