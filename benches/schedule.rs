@@ -24,7 +24,12 @@
 //!
 //! Each figure is one `schedule()` call on a fresh clone of the same state
 //! (cloning is not timed); "release" times `finish()` of one running job plus
-//! the pass that follows.
+//! the pass that follows. A table then shows how a pass grows with the queue
+//! (1k to 1M jobs).
+//!
+//! Flags (after `--`): `--quick` (10k jobs, 5 passes), `--only TEXT` (rows
+//! whose "machine queue policy" contains TEXT; `table` for the table),
+//! `--repeat N` (N passes on one scheduler, for profilers). See docs/core.md.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -271,7 +276,7 @@ fn ms(d: Duration) -> String {
     format!("{:8.3}", d.as_secs_f64() * 1e3)
 }
 
-/// Times `PASSES` passes, each on a fresh clone of `base`.
+/// Times `n` passes, each on a fresh clone of `base`.
 fn time_passes(base: &Scheduler, n: usize) -> Stats {
     let mut times = Vec::with_capacity(n);
     let mut started = 0;
@@ -406,20 +411,29 @@ fn main() {
         return;
     }
     println!();
-    println!("pass cost vs queue length (machine 1024cpu, hard queue, median ms; per job in ns)");
-    let lens: &[usize] = if quick {
-        &[1_000, 10_000]
+    println!(
+        "pass cost vs queue length (machine 1024cpu, hard queue): median ms and ns per \
+         queued job, over {passes} passes (10 for 1M jobs)"
+    );
+    // 1M jobs too, with fewer passes, to show the growth past the caches.
+    let lens: &[(usize, usize)] = if quick {
+        &[(1_000, 5), (10_000, 5)]
     } else {
-        &[1_000, 10_000, 100_000]
+        &[
+            (1_000, PASSES),
+            (10_000, PASSES),
+            (100_000, PASSES),
+            (1_000_000, 10),
+        ]
     };
     print!("{:<16}", "policy");
-    for len in lens {
+    for (len, _) in lens {
         print!(" {:>18}", format!("{len} jobs"));
     }
     println!();
     for policy in Policy::ALL {
         print!("{:<16}", policy.name());
-        for &len in lens {
+        for &(len, passes) in lens {
             let (s, _) = build(MACHINES[1], Queue::Hard, len, policy);
             let st = time_passes(&s, passes);
             let per_job = st.median.as_secs_f64() * 1e9 / len as f64;

@@ -232,19 +232,13 @@ impl Scheduler {
 
     /// Records a job that already holds `alloc` (one re-adopted after a restart).
     pub fn adopt(&mut self, id: JobId, alloc: Allocation, deadline: u64) {
+        // Adopting a running job again replaces its allocation.
+        self.finish(id);
         self.books.charge(&self.machine, id, &alloc);
         if alloc.exclusive {
             self.exclusive += 1;
         }
-        if let Some(old) = self.running.insert(id, Running { alloc, deadline }) {
-            // Adopted twice: the books now hold the new allocation only.
-            self.books.release(&self.machine, id, &old.alloc);
-            self.books
-                .charge(&self.machine, id, &self.running[&id].alloc);
-            if old.alloc.exclusive {
-                self.exclusive -= 1;
-            }
-        }
+        self.running.insert(id, Running { alloc, deadline });
     }
 
     /// Releases a running job's resources.

@@ -856,3 +856,21 @@ fn easy_backfill_budget_survives_a_pass_that_stops_early() {
     s.finish(4);
     assert_eq!(started(&s.schedule(3)), vec![2]);
 }
+
+#[test]
+fn adopting_a_running_job_again_replaces_its_allocation() {
+    let mut s = sched(two_nodes(), Policy::FifoStrict);
+    let free = s.free().clone();
+    submit(&mut s, 1, req(2, 1));
+    submit(&mut s, 2, req(3, 2));
+    let starts = s.schedule(0);
+    let (a, b) = (starts[0].1.clone(), starts[1].1.clone());
+    s.finish(2);
+    let after_a = s.free().clone();
+    s.adopt(1, b.clone(), 100);
+    s.adopt(1, a.clone(), 100);
+    assert_eq!(s.free(), &after_a);
+    assert_eq!(s.running_count(), 1);
+    assert_eq!(s.finish(1), Some(a));
+    assert_eq!(s.free(), &free);
+}
