@@ -38,4 +38,4 @@ if [ "$got" != "$want" ]; then
 fi
 note "ok: every argument arrived literally"
 assert_eq "$(printf '[%s]\n' $'a\x01b\x1bc\x7f' $'x\ny' '')" "$(cat "$dir/env.txt")" "environment values with control characters"
-assert_contains "$("${B[@]}" GetJob t "$id")" 'ジョブ ✓ %n $X' "job name kept"
+assert_contains "$(xlurm queue "$id")" 'ジョブ ✓ %n $X' "job name kept"
