@@ -31,6 +31,8 @@ pub enum Command {
     Info(InfoArgs),
     /// Print a job's output (owner and root); -f follows it until the job ends.
     Log(LogArgs),
+    /// Show one job in detail (the same as `xqueue ID`).
+    Show(ShowArgs),
     /// Change the scheduling policy live (admin): fifo-strict, easy-backfill, strict-backfill, largest-first.
     Policy { policy: String },
     /// Change how many jobs may run at once, live (admin).
@@ -121,6 +123,14 @@ pub struct QueueArgs {
     /// With --log: follow the output until the job ends.
     #[arg(short = 'f', long)]
     pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub id: u64,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -24,6 +24,17 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Cancel(a) => cancel(a, user).await,
         Command::Info(a) => info(a, user).await,
         Command::Log(a) => log(a, user).await,
+        Command::Show(a) => {
+            let q = QueueArgs {
+                id: Some(a.id),
+                all: false,
+                mine: false,
+                json: a.json,
+                log: false,
+                follow: false,
+            };
+            queue(q, user).await
+        }
         Command::Policy { policy } => {
             let p = connect(user).await?;
             p.set_policy(&policy).await.map_err(|e| explain(e, user))?;

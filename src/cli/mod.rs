@@ -85,6 +85,17 @@ mod tests {
         );
         assert!(matches!(parse(&["xinfo"]).command, Command::Info(_)));
         assert!(matches!(
+            parse(&["xlurm", "show", "7"]).command,
+            Command::Show(ShowArgs { id: 7, json: false })
+        ));
+        assert!(matches!(
+            parse(&["xlurm", "log", "-f", "7"]).command,
+            Command::Log(LogArgs {
+                id: 7,
+                follow: true
+            })
+        ));
+        assert!(matches!(
             parse(&["xbatch", "--wrap", "echo hi"]).command,
             Command::Batch(BatchArgs { wrap: Some(_), .. })
         ));
