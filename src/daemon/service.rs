@@ -242,6 +242,7 @@ impl Daemon {
         }
         if let Err(e) = st.store.save(new_jobs.iter()) {
             st.next_id -= new_jobs.len() as u64;
+            tracing::error!("could not record a submission of {user}, nothing was queued: {e:#}");
             return Err(ApiError::Failed(format!(
                 "could not record the job, nothing was queued: {e:#}"
             )));

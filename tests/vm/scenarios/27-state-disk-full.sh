@@ -1,0 +1,38 @@
+#!/bin/bash
+# The state disk filling up: a submission is refused with the cause and a log
+# line, nothing is half-queued, and submissions work again once there is room.
+# timeout: 180
+set -euo pipefail
+. "$XLURM_VM_LIB"
+
+systemctl stop xlurmd
+mount -t tmpfs -o size=512k,mode=0700 tmpfs /var/lib/xlurm
+cleanup() {
+  systemctl stop xlurmd || true
+  umount /var/lib/xlurm || true
+  systemctl start xlurmd || true
+}
+trap cleanup EXIT
+systemctl start xlurmd
+assert_ok as_user alice xrun -g 0 /bin/true
+
+check "a full state disk refuses submissions with the cause"
+dd if=/dev/zero of=/var/lib/xlurm/fill bs=4k 2>/dev/null || true
+# The job log's last page may still hold a record or two: submit until refused.
+rc=0
+for i in $(seq 20); do
+  before=$(xlurm queue --all | wc -l)
+  rc=0; out=$(as_user alice xbatch -t 60 --wrap true 2>&1) || rc=$?
+  [ "$rc" = 0 ] || break
+done
+echo "$out"
+assert_eq 1 "$rc" "a submission is refused once the disk is full"
+assert_contains "$out" "could not record the job, nothing was queued"
+assert_contains "$out" "No space left on device"
+assert_eq "$before" "$(xlurm queue --all | wc -l)" "nothing was queued"
+assert_contains "$(journalctl -u xlurmd -o cat --no-pager | tail -20)" "could not record a submission of alice"
+
+check "with room again, submissions work"
+rm -f /var/lib/xlurm/fill
+assert_ok as_user alice xrun -g 0 /bin/true
+systemctl is-active -q xlurmd || fail "xlurmd died"
