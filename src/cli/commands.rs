@@ -323,6 +323,9 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let (id, _) = submit_with_output(&p, spec, output, user).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    // Created once, before the loop: a signal that arrives while xrun is busy
+    // elsewhere is kept for the next select.
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
     let mut stream = LogStream {
@@ -380,7 +383,7 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(tick)) => {}
             _ = wait_for_change(&mut changes, id) => {}
-            _ = tokio::signal::ctrl_c(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            _ = int.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
         }

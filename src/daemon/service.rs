@@ -603,8 +603,21 @@ impl Daemon {
     }
 
     /// At start: re-adopts running jobs whose units live, harvests finished
-    /// ones, and marks vanished ones LOST.
+    /// ones, and marks vanished ones LOST. Job IDs continue past every job unit
+    /// systemd still has, so a new job never collides with one (after a purge
+    /// of the state directory, say).
     pub async fn readopt(&self) -> Result<()> {
+        let loaded = self.systemd.list("xlurm-job-*.service").await?;
+        if let Some(max) = loaded.iter().filter_map(|u| Job::id_from_unit(u)).max() {
+            let mut st = self.state.lock().await;
+            if st.next_id <= max {
+                tracing::warn!(
+                    "job units up to xlurm-job-{max} exist; new job IDs start at {}",
+                    max + 1
+                );
+                st.next_id = max + 1;
+            }
+        }
         let running: Vec<Job> = {
             let st = self.state.lock().await;
             st.jobs

@@ -1,0 +1,29 @@
+#!/bin/bash
+# xlurmd --user: the same daemon on alice's session bus, starting jobs in her
+# own systemd user manager, for trying xlurm without root.
+# timeout: 180
+set -euo pipefail
+. "$XLURM_VM_LIB"
+
+uid=$(id -u alice)
+systemctl start "user@$uid.service"
+rt=/run/user/$uid
+wait_for "[ -S $rt/bus ]" 60
+ua() { as_user alice env XDG_RUNTIME_DIR=$rt DBUS_SESSION_BUS_ADDRESS=unix:path=$rt/bus "$@"; }
+cleanup() { pkill -u alice -x xlurmd || true; systemctl stop "user@$uid.service" || true; }
+trap cleanup EXIT
+
+check "a non-root xlurmd on the system bus is refused with exit 78"
+rc=0; out=$(as_user alice xlurmd 2>&1) || rc=$?
+assert_eq 78 "$rc" "exit status"
+assert_contains "$out" "use --user"
+
+check "xlurmd --user serves alice's session bus"
+ua bash -c 'xlurmd --user --no-cgroup-check --backends none >/tmp/xlurmd-user.log 2>&1 &'
+wait_for "ua busctl --user status org.xlurm.Scheduler1 >/dev/null 2>&1" 60
+rc=0; out=$(ua xlurm --user run -g 0 bash -c 'echo user-mode-$XLURM_JOB_ID; exit 4' 2>&1) || rc=$?
+echo "$out"
+assert_eq 4 "$rc" "exit code through the user manager"
+assert_contains "$out" "user-mode-1"
+assert_contains "$(ua systemctl --user list-units --all --no-legend 'xlurm-job-*' ; ua xlurm --user queue --all)" "FAILED"
+assert_contains "$(cat /tmp/xlurmd-user.log)" "ready on the session bus"
