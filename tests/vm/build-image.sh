@@ -15,7 +15,7 @@ out=${1:?usage: build-image.sh OUTDIR}
 mirror=${XLURM_VM_MIRROR:-http://deb.debian.org/debian}
 security=${XLURM_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
-packages=systemd,systemd-sysv,dbus,polkitd,pkexec,udev,kmod,procps,util-linux,linux-image-amd64,man-db,bash-completion
+packages=systemd,systemd-sysv,dbus,polkitd,pkexec,udev,kmod,procps,util-linux,linux-image-amd64,man-db,bash-completion,dbus-user-session
 
 rootfs="$out/rootfs"
 mkdir -p "$out"

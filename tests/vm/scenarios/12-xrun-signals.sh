@@ -10,7 +10,7 @@ for sig in INT TERM HUP; do
   check "SIG$sig to xrun cancels its job and reports it"
   rm -f /tmp/xrun-$sig.out
   # setsid: xrun is a process group leader, as in a terminal, and no shell eats the signal.
-  setsid bash -c "cd /home/alice && exec setpriv --reuid=alice --regid=alice --init-groups --reset-env xrun -g 0 sleep 300 >/tmp/xrun-$sig.out 2>&1; echo \$? >/tmp/xrun-$sig.rc" &
+  setsid bash -c "cd /home/alice && setpriv --reuid=alice --regid=alice --init-groups --reset-env xrun -g 0 sleep 300 >/tmp/xrun-$sig.out 2>&1; echo \$? >/tmp/xrun-$sig.rc" &
   wait_for "grep -q 'Task started.' /tmp/xrun-$sig.out" 60
   pid=$(pgrep -u alice -x xrun || pgrep -u alice -f 'xrun -g 0 sleep 300' | head -1)
   [ -n "$pid" ] || fail "no xrun process"
