@@ -84,7 +84,9 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
         }
     ));
     cmd.arg(format!("XLURM_JOB_ID={id}"));
-    if !src.invocation_id.is_empty() {
+    // In a user's own journal, user units' entries carry the user manager's
+    // invocation, not the job's: match the job by unit, ID and time there.
+    if !src.invocation_id.is_empty() && !user_mode {
         cmd.arg(format!("_SYSTEMD_INVOCATION_ID={}", src.invocation_id));
     }
     // journalctl takes either --since or --after-cursor.
