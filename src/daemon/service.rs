@@ -466,7 +466,7 @@ impl Daemon {
             super::output::unstore(job.id);
         }
         drop(output_fd);
-        let result = self.systemd.start(&job.unit, &props).await;
+        let result = self.start_unit(&job.unit, &props).await;
         self.launched(job.id);
         match result {
             Ok(_) => {
@@ -476,6 +476,33 @@ impl Daemon {
             Err(e) => {
                 self.fail_launch(job.id, format!("systemd refused the unit: {e}"))
                     .await
+            }
+        }
+    }
+
+    /// StartTransientUnit, retried while systemd is away (daemon-reexec, a bus
+    /// hiccup). A start that reached systemd before it went away is found by
+    /// looking for the unit before each retry, so a job never starts twice.
+    async fn start_unit(
+        &self,
+        unit: &str,
+        props: &[(&str, zbus::Variant<'_>)],
+    ) -> Result<(), String> {
+        let mut attempt = 0u64;
+        loop {
+            match self.systemd.start(unit, props).await {
+                Ok(_) => return Ok(()),
+                Err(e) if transient(&e) && attempt < 10 => {
+                    attempt += 1;
+                    tracing::warn!(
+                        "starting {unit}: {e}; systemd seems away, retrying ({attempt}/10)"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(300 * attempt)).await;
+                    if let Ok(Some(_)) = self.systemd.status(unit).await {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
             }
         }
     }
@@ -684,6 +711,24 @@ impl Daemon {
 
 /// A job's visibility variables and its `DeviceAllow` entries.
 pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
+
+/// Whether a D-Bus error means systemd (or the bus) was briefly away, not that
+/// it refused the request.
+fn transient(e: &zbus::Error) -> bool {
+    match e {
+        zbus::Error::MethodError(name, _, _) => matches!(
+            name.as_str(),
+            "org.freedesktop.DBus.Error.NoReply"
+                | "org.freedesktop.DBus.Error.Disconnected"
+                | "org.freedesktop.DBus.Error.ServiceUnknown"
+                | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                | "org.freedesktop.DBus.Error.Timeout"
+                | "org.freedesktop.DBus.Error.TimedOut"
+        ),
+        zbus::Error::InputOutput(_) => true,
+        _ => false,
+    }
+}
 
 /// The visibility variables and `DeviceAllow` entries of a job holding
 /// `devices`, from the devices the backends discovered.
