@@ -714,7 +714,7 @@ pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
 
 /// Whether a D-Bus error means systemd (or the bus) was briefly away, not that
 /// it refused the request.
-fn transient(e: &zbus::Error) -> bool {
+pub fn transient(e: &zbus::Error) -> bool {
     match e {
         zbus::Error::MethodError(name, _, _) => matches!(
             name.as_str(),
@@ -724,6 +724,16 @@ fn transient(e: &zbus::Error) -> bool {
                 | "org.freedesktop.DBus.Error.NameHasNoOwner"
                 | "org.freedesktop.DBus.Error.Timeout"
                 | "org.freedesktop.DBus.Error.TimedOut"
+        ),
+        // zbus turns the bus's own errors into fdo::Error.
+        zbus::Error::FDO(f) => matches!(
+            **f,
+            zbus::fdo::Error::NoReply(_)
+                | zbus::fdo::Error::Disconnected(_)
+                | zbus::fdo::Error::ServiceUnknown(_)
+                | zbus::fdo::Error::NameHasNoOwner(_)
+                | zbus::fdo::Error::Timeout(_)
+                | zbus::fdo::Error::TimedOut(_)
         ),
         zbus::Error::InputOutput(_) => true,
         _ => false,
@@ -767,4 +777,23 @@ fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
     std::io::Write::write_all(&mut f, script.as_bytes())?;
     f.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transient;
+
+    #[test]
+    fn systemd_going_away_is_transient_and_refusals_are_not() {
+        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
+            "recipient disconnected".into(),
+        )));
+        assert!(transient(&no_reply));
+        let gone = zbus::Error::FDO(Box::new(zbus::fdo::Error::ServiceUnknown("x".into())));
+        assert!(transient(&gone));
+        let refused = zbus::Error::FDO(Box::new(zbus::fdo::Error::InvalidArgs(
+            "bad property".into(),
+        )));
+        assert!(!transient(&refused));
+    }
 }
