@@ -492,14 +492,33 @@ impl Daemon {
         loop {
             match self.systemd.start(unit, props).await {
                 Ok(_) => return Ok(()),
-                Err(e) if transient(&e) && attempt < 10 => {
+                // UnitExists after a lost reply: our own earlier start got through.
+                Err(e)
+                    if (transient(&e) || attempt > 0 && e.to_string().contains("UnitExists"))
+                        && attempt < 10 =>
+                {
                     attempt += 1;
                     tracing::warn!(
                         "starting {unit}: {e}; systemd seems away, retrying ({attempt}/10)"
                     );
                     tokio::time::sleep(std::time::Duration::from_millis(300 * attempt)).await;
-                    if let Ok(Some(_)) = self.systemd.status(unit).await {
-                        return Ok(());
+                    match self.systemd.status(unit).await {
+                        // Created but never started (its start job was lost): start it.
+                        Ok(Some(st))
+                            if st.invocation_id.is_empty()
+                                && !st.pending_job
+                                && st.active_state == "inactive" =>
+                        {
+                            match self.systemd.start_loaded(unit).await {
+                                Ok(()) => return Ok(()),
+                                Err(e) if transient(&e) => continue,
+                                Err(e) => return Err(e.to_string()),
+                            }
+                        }
+                        // It reached systemd and runs (or ran).
+                        Ok(Some(_)) => return Ok(()),
+                        // Not there: try again. Still away: wait more.
+                        Ok(None) | Err(_) => {}
                     }
                 }
                 Err(e) => return Err(e.to_string()),

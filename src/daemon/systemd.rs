@@ -27,6 +27,9 @@ pub trait Manager {
 
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 
+    #[zbus(name = "StartUnit")]
+    fn start_unit_by_name(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+
     fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
 
     fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
@@ -120,6 +123,15 @@ impl Systemd {
         self.manager
             .start_transient_unit(unit, "fail", props, &[])
             .await
+    }
+
+    /// Starts a loaded unit that has not run (a transient unit whose start job
+    /// was lost when systemd re-executed).
+    pub async fn start_loaded(&self, unit: &str) -> zbus::Result<()> {
+        self.manager
+            .start_unit_by_name(unit, "fail")
+            .await
+            .map(|_| ())
     }
 
     /// Asks systemd to stop `unit` (SIGTERM to its whole cgroup, then SIGKILL).
