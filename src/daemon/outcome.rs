@@ -28,6 +28,10 @@ impl UnitStatus {
     /// whose start job is still queued is `inactive` with no invocation yet: that
     /// is not finished.
     pub fn finished(&self) -> bool {
+        // No Result yet: systemd is (re)loading the unit, e.g. during daemon-reexec.
+        if self.result.is_empty() {
+            return false;
+        }
         if self.pending_job && self.active_state != "failed" {
             return false;
         }
@@ -246,9 +250,15 @@ mod tests {
         let stopped = UnitStatus {
             invocation_id: "ab".into(),
             pending_job: false,
+            result: "success".into(),
             ..queued
         };
         assert!(stopped.finished());
+        let reloading = UnitStatus {
+            result: String::new(),
+            ..stopped
+        };
+        assert!(!reloading.finished(), "no Result yet (systemd reloading)");
     }
 
     #[test]

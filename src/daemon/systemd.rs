@@ -186,7 +186,10 @@ impl Systemd {
             Ok(u) => u,
             Err(e) => return Err(anyhow::anyhow!("reading {unit}: {e}")),
         };
-        let s = props.get_all(service_iface).await.unwrap_or_default();
+        let s = props
+            .get_all(service_iface)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading {unit}'s service properties: {e}"))?;
         let invocation: Vec<u8> = get(&u, "InvocationID").unwrap_or_default();
         Ok(Some(UnitStatus {
             active_state: get(&u, "ActiveState").unwrap_or_default(),
