@@ -16,6 +16,8 @@ struct Env {
     fake: FakeSystemd,
     state: tempfile::TempDir,
     _fake_conn: zbus::Connection,
+    /// The journalctl the daemon runs (a double in some tests).
+    journalctl: String,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -27,6 +29,7 @@ async fn env(mode: Mode) -> Env {
         fake,
         state: tempfile::tempdir().unwrap(),
         _fake_conn: conn,
+        journalctl: "journalctl".into(),
     }
 }
 
@@ -49,6 +52,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         max_pending_per_user: 5,
         retention_secs: 3600,
         list_is_public: true,
+        journalctl: e.journalctl.clone(),
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     served.daemon.kick.notify_one();
@@ -454,4 +458,111 @@ async fn output_descriptors_must_be_writable_regular_files() {
     let writable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let (id, _) = c.submit(with_fd(zbus::Fd::from(&writable))).await.unwrap();
     assert!(id > 0);
+}
+
+/// A daemon whose systemd loses the next `lose` starts (the call succeeds, no
+/// unit is left), with a journalctl double printing `journal` (`None`: no
+/// journalctl at all).
+struct LostStarts {
+    e: Env,
+    c: SchedulerProxy<'static>,
+    _d: (Served, zbus::Connection),
+    _tools: tempfile::TempDir,
+}
+
+async fn lost_starts(journal: Option<&str>, lose: usize) -> LostStarts {
+    use std::os::unix::fs::PermissionsExt;
+    let tools = tempfile::tempdir().unwrap();
+    let mut e = env(Mode::Run).await;
+    let path = tools.path().join("journalctl");
+    if let Some(out) = journal {
+        std::fs::write(&path, format!("#!/bin/sh\nprintf '%s' '{out}'\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    e.journalctl = path.to_string_lossy().into_owned();
+    e.fake.shared.lock().unwrap().lose_starts = lose;
+    let d = daemon(&e).await;
+    let c = client(&e).await;
+    LostStarts {
+        e,
+        c,
+        _d: d,
+        _tools: tools,
+    }
+}
+
+impl LostStarts {
+    fn starts_of(&self, id: u64) -> usize {
+        let unit = format!("xlurm-job-{id}.service");
+        let shared = self.e.fake.shared.lock().unwrap();
+        shared.started.iter().filter(|r| r.name == unit).count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_systemd_lost_before_the_unit_ran_is_started_again() {
+    // The journal has no trace of the unit: it never started.
+    let t = lost_starts(Some(""), 1).await;
+    let mut s = spec(&["/bin/sh", "-c", "echo \"$SECRET\" >/dev/null; exit 4"]);
+    s.extend([entry("env", vec!["SECRET=1".to_string()])]);
+    let (id, _) = t.c.submit(s).await.unwrap();
+    let job = wait_state(&t.c, id, "FAILED").await;
+    assert_eq!(get::<i32>(&job, "exit_code"), Some(4), "{job:?}");
+    assert_eq!(t.starts_of(id), 2, "started once more, not more");
+    let shared = t.e.fake.shared.lock().unwrap();
+    let second = shared
+        .started
+        .iter()
+        .rfind(|r| r.name == format!("xlurm-job-{id}.service"))
+        .unwrap();
+    let env: Vec<String> = second
+        .properties
+        .get("Environment")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<String>::try_from(v).ok())
+        .unwrap_or_default();
+    assert!(
+        env.contains(&"SECRET=1".to_string()),
+        "the second start keeps the submitted environment: {env:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_that_started_and_vanished_is_not_started_again() {
+    // The journal shows systemd's "Starting" message for it.
+    let t = lost_starts(Some(r#"{"MESSAGE":"Starting"}"#), 1).await;
+    let (id, _) = t.c.submit(spec(&["/bin/true"])).await.unwrap();
+    let job = wait_state(&t.c, id, "CANCELLED").await;
+    assert!(
+        get_str(&job, "detail").contains("stopped outside xlurm"),
+        "{job:?}"
+    );
+    assert_eq!(t.starts_of(id), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_lost_again_and_again_end_in_launch_failed() {
+    let t = lost_starts(Some(""), 100).await;
+    let (id, _) = t.c.submit(spec(&["/bin/true"])).await.unwrap();
+    let job = wait_state(&t.c, id, "LAUNCH_FAILED").await;
+    assert!(
+        get_str(&job, "detail").contains("lost the start"),
+        "{job:?}"
+    );
+    assert_eq!(
+        t.starts_of(id),
+        1 + xlurm::daemon::service::MAX_RELAUNCHES as usize
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_journal_a_vanished_unit_is_cancelled_saying_so() {
+    let t = lost_starts(None, 1).await;
+    let (id, _) = t.c.submit(spec(&["/bin/true"])).await.unwrap();
+    let job = wait_state(&t.c, id, "CANCELLED").await;
+    assert!(
+        get_str(&job, "detail").contains("whether it ever ran is unknown"),
+        "{job:?}"
+    );
+    assert_eq!(t.starts_of(id), 1);
 }

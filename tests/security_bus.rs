@@ -47,6 +47,7 @@ async fn env() -> Env {
         max_pending_per_user: 3,
         retention_secs: 3600,
         list_is_public: true,
+        journalctl: "journalctl".into(),
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     let client = bus.connect().await.unwrap();

@@ -298,24 +298,29 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         1,
         "a forwarded XLURM_JOB_ID survived"
     );
-    // ExecStartEx: one command, an absolute valid path, a non-empty argv, and
-    // no environment expansion of the arguments.
-    let Variant::Array(cmds) = one("ExecStartEx") else {
-        panic!("ExecStartEx is not an array")
+    // ExecStart: one command, an absolute valid path, a non-empty argv, and
+    // every `$` doubled so systemd expands nothing in the arguments.
+    let Variant::Array(cmds) = one("ExecStart") else {
+        panic!("ExecStart is not an array")
     };
     assert_eq!(cmds.len(), 1);
-    let exec: Vec<(String, Vec<String>, Vec<String>)> =
-        Vec::try_from(one("ExecStartEx").clone()).expect("a(sasas)");
-    let (path, argv, flags) = &exec[0];
-    assert!(path_ok(path), "ExecStartEx path {path:?}");
+    let exec: Vec<(String, Vec<String>, bool)> =
+        Vec::try_from(one("ExecStart").clone()).expect("a(sasb)");
+    let (path, argv, _) = &exec[0];
+    assert!(path_ok(path), "ExecStart path {path:?}");
     assert!(!argv.is_empty());
-    assert_eq!(flags, &vec!["no-env-expand".to_string()]);
+    for a in argv {
+        assert!(
+            !a.replace("$$", "").contains('$'),
+            "a lone $ in {a:?}: systemd would expand it"
+        );
+    }
     // Nothing the caller sent named a property.
     const ALLOWED: [&str; 26] = [
         "Description",
         "Slice",
         "Type",
-        "ExecStartEx",
+        "ExecStart",
         "WorkingDirectory",
         "Environment",
         "StandardInput",

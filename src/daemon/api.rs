@@ -150,7 +150,7 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
         let uuids: Vec<String> = a.devices.iter().map(|d| d.uuid.clone()).collect();
         put(&mut m, "device_uuids", uuids);
     }
-    put(&mut m, "unit", job.unit.clone());
+    put(&mut m, "unit", job.unit());
     put(&mut m, "invocation_id", job.invocation_id.clone());
     if let Some(o) = &job.outcome {
         put(&mut m, "result", o.result.clone());

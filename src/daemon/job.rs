@@ -1,6 +1,6 @@
 //! A job as the daemon keeps it: what was submitted, where it is, how it ended.
 
-use crate::core::{Allocation, Demand, JobId, Request};
+use crate::core::{Allocation, Demand, JobId};
 use serde::{Deserialize, Serialize};
 
 /// Job states, named as Slurm users know them.
@@ -94,7 +94,6 @@ pub struct Job {
     pub uid: u32,
     pub user: String,
     pub command: Command,
-    pub request: Request,
     pub demand: Demand,
     pub state: JobState,
     /// Microseconds since the epoch.
@@ -102,7 +101,6 @@ pub struct Job {
     pub start_usec: u64,
     pub end_usec: u64,
     pub alloc: Option<Allocation>,
-    pub unit: String,
     /// systemd's InvocationID of the unit, hex.
     pub invocation_id: String,
     pub outcome: Option<Outcome>,
@@ -111,6 +109,14 @@ pub struct Job {
     /// `--output`: where the job's output is also copied (see `daemon::output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputCopy>,
+    /// How often its unit was started again because systemd lost the start job
+    /// before the unit ever ran (see `Daemon::restart_lost`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub relaunches: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// A job's `--output` copy (see `daemon::output`).
@@ -128,12 +134,28 @@ impl Job {
         format!("xlurm-job-{id}.service")
     }
 
+    /// Its unit's name (derived, not stored: one string less per job).
+    pub fn unit(&self) -> String {
+        Job::unit_name(self.id)
+    }
+
     /// The job ID in a unit name `xlurm-job-<id>.service`.
     pub fn id_from_unit(unit: &str) -> Option<JobId> {
         unit.strip_prefix("xlurm-job-")?
             .strip_suffix(".service")?
             .parse()
             .ok()
+    }
+
+    /// Whether the forwarded environment is still needed: until systemd has
+    /// started the unit (an invocation ID is known), a lost start is retried
+    /// with it. It is dropped from memory and state after that.
+    pub fn keeps_env(&self) -> bool {
+        match self.state {
+            JobState::Pending => true,
+            JobState::Running => self.invocation_id.is_empty(),
+            _ => false,
+        }
     }
 
     /// The exit code the CLI reports: the status, 128+signal, or fixed codes
@@ -200,18 +222,17 @@ pub(crate) mod tests_support {
                 cwd: "/".into(),
                 env: None,
             },
-            request,
             demand,
             state,
             submit_usec: 0,
             start_usec: 0,
             end_usec: 0,
             alloc: None,
-            unit: Job::unit_name(1),
             invocation_id: String::new(),
             outcome: Some(outcome),
             cancel_requested_by: None,
             output: None,
+            relaunches: 0,
         }
     }
 }

@@ -146,7 +146,7 @@ impl JobObject {
     }
     #[zbus(property(emits_changed_signal = "const"))]
     async fn unit(&self) -> String {
-        self.with(|j| j.unit.clone(), String::new()).await
+        self.with(|j| j.unit(), String::new()).await
     }
     #[zbus(property)]
     async fn invocation_id(&self) -> String {

@@ -63,12 +63,14 @@ pub struct Source {
     pub start_usec: u64,
     /// Read the user's own journal (`--user` mode).
     pub user_mode: bool,
+    /// The `journalctl` program.
+    pub journalctl: String,
 }
 
 /// Reads up to `max` entries of a job's output after `cursor` (from the start if empty).
 pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     let (id, unit, user_mode) = (src.id, src.unit.as_str(), src.user_mode);
-    let mut cmd = tokio::process::Command::new("journalctl");
+    let mut cmd = tokio::process::Command::new(&src.journalctl);
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
     // Not --system: journald files the output of a job running as alice in
     // user-1001.journal (SplitMode=uid), which --system would skip.
@@ -121,6 +123,52 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     let _ = child.start_kill();
     let _ = child.wait().await;
     Ok(parse(&kept.join("\n"), cursor))
+}
+
+/// systemd's "unit starting" message (`Starting xlurm-job-N.service...`).
+const UNIT_STARTING: &str = "MESSAGE_ID=7d4958e842da4a758f6c1cdc7b36dcc5";
+
+/// Whether the journal shows `unit` started (systemd's "Starting" message, or
+/// output of the unit itself) at or after `since_usec`.
+pub async fn unit_started(
+    journalctl: &str,
+    unit: &str,
+    since_usec: u64,
+    user_mode: bool,
+) -> Result<bool> {
+    let mut cmd = tokio::process::Command::new(journalctl);
+    cmd.args(["--output=json", "--no-pager", "--quiet", "--lines=1"]);
+    if user_mode {
+        cmd.arg("--user");
+    }
+    cmd.arg(format!(
+        "--since=@{}",
+        (since_usec / 1_000_000).saturating_sub(1)
+    ));
+    // journalctl: "A B + C" matches (A and B) or C.
+    let (by_manager, by_itself) = if user_mode {
+        ("USER_UNIT", "_SYSTEMD_USER_UNIT")
+    } else {
+        ("UNIT", "_SYSTEMD_UNIT")
+    };
+    cmd.args([
+        format!("{by_manager}={unit}"),
+        UNIT_STARTING.to_string(),
+        "+".to_string(),
+        format!("{by_itself}={unit}"),
+    ]);
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("running journalctl")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "journalctl failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout.iter().any(|b| !b.is_ascii_whitespace()))
 }
 
 #[cfg(test)]

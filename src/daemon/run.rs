@@ -223,6 +223,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
         max_pending_per_user: o.max_pending_per_user,
         retention_secs,
         list_is_public: o.list_is_public,
+        journalctl: "journalctl".into(),
     };
     let served = serve(&conn, config).await?;
     let daemon = served.daemon.clone();
@@ -243,7 +244,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // Let launches in flight reach systemd before exiting.
-    daemon.wait_launches(Duration::from_secs(10)).await;
+    daemon.stop_launching(Duration::from_secs(10)).await;
     tracing::info!("stopping; running jobs keep running under systemd");
     Ok(())
 }
@@ -264,6 +265,8 @@ pub struct ServeConfig {
     pub max_pending_per_user: usize,
     pub retention_secs: u64,
     pub list_is_public: bool,
+    /// The `journalctl` to read job output and unit history with (tests use a double).
+    pub journalctl: String,
 }
 
 /// A serving daemon; dropping it stops its tasks (jobs keep running).
@@ -323,6 +326,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         max_pending_per_user: cfg.max_pending_per_user,
         retention_secs: cfg.retention_secs,
         list_is_public: cfg.list_is_public,
+        journalctl: cfg.journalctl.clone(),
         object_linger: cfg.object_linger,
     };
     let state = State::new(sched, loaded.jobs, store, loaded.next_id);

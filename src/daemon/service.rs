@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::{Mutex, Notify};
 
+/// How often a job's unit is started again after systemd lost its start job.
+pub const MAX_RELAUNCHES: u8 = 3;
+
 pub fn now_usec() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -32,6 +35,8 @@ pub struct Settings {
     pub list_is_public: bool,
     /// How long a finished job's D-Bus object stays (see `job_object`).
     pub object_linger: std::time::Duration,
+    /// The `journalctl` program (see `journal`).
+    pub journalctl: String,
 }
 
 pub struct State {
@@ -58,6 +63,8 @@ pub struct Daemon {
     /// Jobs between "marked RUNNING" and systemd's answer to StartTransientUnit:
     /// never reconciled, or a unit not created yet would look gone.
     launching: std::sync::Mutex<std::collections::HashSet<JobId>>,
+    /// Set (under the state lock) when the daemon is stopping: no new launches.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// What a submission got.
@@ -153,6 +160,7 @@ impl Daemon {
             accel,
             outputs: Mutex::new(HashMap::new()),
             launching: std::sync::Mutex::new(std::collections::HashSet::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         (d, rx)
     }
@@ -223,17 +231,16 @@ impl Daemon {
                     cwd: spec.cwd,
                     env: spec.env,
                 },
-                request: spec.request,
                 demand,
                 state: JobState::Pending,
                 submit_usec: now,
                 start_usec: 0,
                 end_usec: 0,
                 alloc: None,
-                unit: Job::unit_name(id),
                 invocation_id: String::new(),
                 outcome: None,
                 cancel_requested_by: None,
+                relaunches: 0,
                 output: output.as_ref().map(|(_, path)| super::job::OutputCopy {
                     path: path.clone(),
                     ..Default::default()
@@ -306,7 +313,7 @@ impl Daemon {
                 Ok(JobState::Pending)
             }
             JobState::Running => {
-                let unit = job.unit.clone();
+                let unit = job.unit();
                 let job = st.jobs.get_mut(&id).expect("checked above");
                 job.cancel_requested_by = Some(uid);
                 let job = job.clone();
@@ -363,16 +370,20 @@ impl Daemon {
     pub fn log_source(&self, job: &Job) -> super::journal::Source {
         super::journal::Source {
             id: job.id,
-            unit: job.unit.clone(),
+            unit: job.unit(),
             invocation_id: job.invocation_id.clone(),
             start_usec: job.start_usec,
             user_mode: self.settings.unit.user_mode,
+            journalctl: self.settings.journalctl.clone(),
         }
     }
 
     /// One scheduling pass: start what fits.
     pub async fn schedule(self: &Arc<Self>) {
         let mut st = self.state.lock().await;
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let now = now_usec();
         let starts = st.sched.schedule(now / 1_000_000);
         if starts.is_empty() {
@@ -406,11 +417,6 @@ impl Daemon {
                 }
             }
             return;
-        }
-        for j in &started {
-            if let Some(job) = st.jobs.get_mut(&j.id) {
-                job.command.env = None;
-            }
         }
         drop(st);
         // Launch concurrently: each waits for systemd on its own.
@@ -466,11 +472,11 @@ impl Daemon {
             super::output::unstore(job.id);
         }
         drop(output_fd);
-        let result = self.start_unit(&job.unit, &props).await;
+        let result = self.start_unit(&job.unit(), &props).await;
         self.launched(job.id);
         match result {
             Ok(_) => {
-                tracing::info!(job = job.id, unit = %job.unit, "started");
+                tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
                 self.reconcile(job.id).await;
             }
             Err(e) => {
@@ -532,9 +538,16 @@ impl Daemon {
         }
     }
 
-    /// Waits (up to `limit`) until no launch is in flight: called before the
-    /// daemon exits, so no job is left marked RUNNING without its unit.
-    pub async fn wait_launches(&self, limit: std::time::Duration) {
+    /// Stops starting jobs, then waits (up to `limit`) until no launch is in
+    /// flight: called before the daemon exits, so no job is left marked RUNNING
+    /// without its unit. The flag is set under the state lock, so a scheduling
+    /// pass either finished (its launches are in `launching`) or starts none.
+    pub async fn stop_launching(&self, limit: std::time::Duration) {
+        {
+            let _st = self.state.lock().await;
+            self.stopping
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let t0 = std::time::Instant::now();
         while self.launching.lock().is_ok_and(|l| !l.is_empty()) && t0.elapsed() < limit {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -547,7 +560,7 @@ impl Daemon {
 
     async fn fail_launch(&self, id: JobId, detail: String) {
         self.launched(id);
-        tracing::warn!(job = id, "launch failed: {detail}");
+        tracing::warn!(job = id, "job {id} launch failed: {detail}");
         let outcome = Outcome {
             result: "launch-failed".into(),
             detail,
@@ -567,6 +580,8 @@ impl Daemon {
         }
         job.state = state;
         job.end_usec = now_usec();
+        job.command.env = None;
+        let why = outcome.detail.clone();
         job.outcome = Some(outcome);
         let job = job.clone();
         st.sched.finish(id);
@@ -574,11 +589,11 @@ impl Daemon {
             tracing::error!(job = id, "recording the final state failed: {e:#}");
         }
         drop(st);
-        tracing::info!(job = id, state = state.name(), "finished");
+        tracing::info!(job = id, "job {id} {}: {why}", state.name());
         self.changed(id, state);
         self.kick.notify_one();
         let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
-        self.systemd.collect(&job.unit).await;
+        self.systemd.collect(&job.unit()).await;
     }
 
     /// Reads job `id`'s unit and records its end if it finished.
@@ -590,7 +605,7 @@ impl Daemon {
             let st = self.state.lock().await;
             match st.jobs.get(&id) {
                 Some(j) if j.state == JobState::Running => (
-                    j.unit.clone(),
+                    j.unit(),
                     j.cancel_requested_by.is_some(),
                     j.invocation_id.clone(),
                 ),
@@ -619,6 +634,8 @@ impl Daemon {
                     let mut st = self.state.lock().await;
                     if let Some(j) = st.jobs.get_mut(&id) {
                         j.invocation_id = status.invocation_id.clone();
+                        // It started: its environment is no longer needed.
+                        j.command.env = None;
                         let j = j.clone();
                         let _ = st.store.save([&j]);
                     }
@@ -628,6 +645,9 @@ impl Daemon {
                     self.finalize(id, state, outcome).await;
                 }
             }
+            // Created but gone before it was ever seen running: systemd may
+            // have lost its start job (daemon-reexec), or an admin stopped it.
+            Ok(None) if !cancelled && invocation.is_empty() => self.restart_lost(id, &unit).await,
             Ok(None) => {
                 let (state, detail) = if cancelled {
                     (JobState::Cancelled, "cancelled".to_string())
@@ -644,8 +664,93 @@ impl Daemon {
                 )
                 .await;
             }
-            Err(e) => tracing::warn!(job = id, "reading {unit}: {e:#}"),
+            Err(e) => tracing::warn!(job = id, "job {id}: reading {unit}: {e:#}"),
         }
+    }
+
+    /// Job `id`'s unit is gone and was never seen running. If the journal
+    /// shows it never started either, systemd lost the start job (observed
+    /// during `daemon-reexec`): start the unit again, at most
+    /// [`MAX_RELAUNCHES`] times. If it did start, it was stopped outside
+    /// xlurm before its result was read: CANCELLED, saying so.
+    async fn restart_lost(&self, id: JobId, unit: &str) {
+        // One decision per job: a concurrent reconcile sees it launching.
+        if !self.launching.lock().is_ok_and(|mut l| l.insert(id)) {
+            return;
+        }
+        let job = {
+            let st = self.state.lock().await;
+            match st.jobs.get(&id) {
+                Some(j) if j.state == JobState::Running && j.invocation_id.is_empty() => j.clone(),
+                _ => {
+                    drop(st);
+                    self.launched(id);
+                    return;
+                }
+            }
+        };
+        let user_mode = self.settings.unit.user_mode;
+        let ran = super::journal::unit_started(
+            &self.settings.journalctl,
+            unit,
+            job.start_usec,
+            user_mode,
+        )
+        .await;
+        let stopped = |why: String| {
+            Outcome {
+            detail: format!(
+                "its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded{why}"
+            ),
+            ..Default::default()
+        }
+        };
+        let outcome = match ran {
+            Ok(true) => stopped(String::new()),
+            Err(e) => stopped(format!(" (whether it ever ran is unknown: {e:#})")),
+            Ok(false) if job.relaunches >= MAX_RELAUNCHES => {
+                self.fail_launch(
+                    id,
+                    format!(
+                        "systemd lost the start of {unit} {} times in a row",
+                        job.relaunches + 1
+                    ),
+                )
+                .await;
+                return;
+            }
+            Ok(false) => {
+                let job = {
+                    let mut st = self.state.lock().await;
+                    let Some(j) = st.jobs.get_mut(&id) else {
+                        drop(st);
+                        self.launched(id);
+                        return;
+                    };
+                    j.relaunches += 1;
+                    if let Some(o) = j.output.as_mut().filter(|o| o.error.is_empty()) {
+                        o.error = "the copy was lost when systemd lost the job's first start; \
+                                   its output is in the journal (xlurm log)"
+                            .into();
+                    }
+                    let j = j.clone();
+                    if let Err(e) = st.store.save([&j]) {
+                        tracing::warn!(job = id, "recording the relaunch: {e:#}");
+                    }
+                    j
+                };
+                tracing::warn!(
+                    job = id,
+                    "job {id}: systemd lost the start of {unit} before it ever ran; starting it again ({}/{MAX_RELAUNCHES})",
+                    job.relaunches
+                );
+                // Boxed: launch -> reconcile -> restart_lost -> launch.
+                Box::pin(self.launch(job)).await;
+                return;
+            }
+        };
+        self.launched(id);
+        self.finalize(id, JobState::Cancelled, outcome).await;
     }
 
     /// At start: re-adopts running jobs whose units live, harvests finished
@@ -673,7 +778,7 @@ impl Daemon {
                 .collect()
         };
         for job in running {
-            match self.systemd.status(&job.unit).await? {
+            match self.systemd.status(&job.unit()).await? {
                 Some(status)
                     if job.invocation_id.is_empty()
                         || status.invocation_id == job.invocation_id =>
@@ -685,13 +790,13 @@ impl Daemon {
                             st.sched.adopt(job.id, alloc, deadline);
                         }
                     }
-                    tracing::info!(job = job.id, "re-adopted {}", job.unit);
+                    tracing::info!(job = job.id, "job {} re-adopted ({})", job.id, job.unit());
                     self.reconcile(job.id).await;
                 }
                 _ => {
                     let detail = format!(
                         "its unit {} vanished while xlurmd was down (a reboot?)",
-                        job.unit
+                        job.unit()
                     );
                     let mut st = self.state.lock().await;
                     if let Some(j) = st.jobs.get_mut(&job.id) {

@@ -127,7 +127,7 @@ impl Store {
     }
 }
 
-/// A job as stored: its forwarded environment only while it is pending.
+/// A job as stored: its forwarded environment only until its unit started.
 #[derive(serde::Serialize)]
 struct StoredJob<'a> {
     #[serde(flatten)]
@@ -136,7 +136,7 @@ struct StoredJob<'a> {
 
 impl<'a> From<&'a Job> for StoredJob<'a> {
     fn from(job: &'a Job) -> Self {
-        if job.state != super::job::JobState::Pending && job.command.env.is_some() {
+        if !job.keeps_env() && job.command.env.is_some() {
             let mut j = job.clone();
             j.command.env = None;
             StoredJob {
@@ -253,16 +253,22 @@ mod tests {
         assert_eq!(loaded.next_id, 1);
         s.save([&job(1, JobState::Pending), &job(2, JobState::Pending)])
             .unwrap();
-        s.save([&job(1, JobState::Running)]).unwrap();
-        s.save_next_id(3).unwrap();
+        let mut started = job(1, JobState::Running);
+        started.invocation_id = "0123456789abcdef0123456789abcdef".into();
+        // Marked RUNNING, but systemd has not started its unit yet.
+        let launching = job(3, JobState::Running);
+        s.save([&started, &launching]).unwrap();
+        s.save_next_id(4).unwrap();
         drop(s);
         let (_, loaded) = Store::open(dir.path()).unwrap();
-        assert_eq!(loaded.jobs.len(), 2);
+        assert_eq!(loaded.jobs.len(), 3);
         assert_eq!(loaded.jobs[&1].state, JobState::Running);
-        assert_eq!(loaded.next_id, 3);
-        // A started job's environment never reaches the disk.
+        assert_eq!(loaded.next_id, 4);
+        // A started job's environment never reaches the disk; one whose unit
+        // has not run yet keeps it (a lost start is retried with it).
         assert_eq!(loaded.jobs[&1].command.env, None);
         assert!(loaded.jobs[&2].command.env.is_some());
+        assert!(loaded.jobs[&3].command.env.is_some());
         let mode = std::fs::metadata(dir.path().join(LOG))
             .unwrap()
             .permissions()

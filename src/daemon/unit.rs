@@ -76,6 +76,18 @@ fn exec_start(job: &Job) -> (String, Vec<String>) {
     }
 }
 
+/// `ExecStart` arguments that reach the job exactly as given. systemd expands
+/// `$VAR` and `${VAR}` in them when it runs the command and turns `$$` into `$`
+/// (systemd.service(5), "Command lines"), so every `$` is doubled.
+///
+/// Not `ExecStartEx` with the `no-env-expand` flag: systemd 252 (Debian 12)
+/// writes that as `ExecStartEx=` into the transient unit file and cannot read
+/// it back, so after a `daemon-reload` a job whose start was still queued had
+/// no command ("Service has no ExecStart=... Refusing.").
+fn literal(argv: &[String]) -> Vec<String> {
+    argv.iter().map(|a| a.replace('$', "$$")).collect()
+}
+
 /// The job's environment: what was forwarded (minus reserved names), then
 /// the daemon's own variables.
 pub fn environment(job: &Job, extra: &[(String, String)]) -> Vec<String> {
@@ -133,11 +145,9 @@ pub fn properties(
         ),
         ("Slice", Variant::from(settings.slice.clone())),
         ("Type", Variant::from("exec")),
-        // ExecStartEx with no-env-expand: the arguments reach the job exactly as
-        // given (plain ExecStart would expand $VAR and $$ in them).
         (
-            "ExecStartEx",
-            Variant::from(vec![(path, argv, vec!["no-env-expand".to_string()])]),
+            "ExecStart",
+            Variant::from(vec![(path, literal(&argv), false)]),
         ),
         ("WorkingDirectory", Variant::from(job.command.cwd.clone())),
         ("Environment", Variant::from(environment(job, visibility))),
@@ -270,11 +280,11 @@ mod tests {
             &Variant::from(job.demand.time_limit_secs * 1_000_000)
         );
         assert_eq!(
-            get(&p, "ExecStartEx"),
+            get(&p, "ExecStart"),
             &Variant::from(vec![(
                 "/usr/bin/env".to_string(),
                 vec!["/usr/bin/env".to_string(), "-0".to_string()],
-                vec!["no-env-expand".to_string()]
+                false
             )])
         );
         // Forwarded values never override the daemon's variables.
@@ -303,9 +313,35 @@ mod tests {
                 .into_iter()
                 .map(String::from)
                 .collect::<Vec<_>>(),
-            vec!["no-env-expand".to_string()],
+            false,
         )]);
-        assert_eq!(get(&p, "ExecStartEx"), &want);
+        assert_eq!(get(&p, "ExecStart"), &want);
+    }
+
+    #[test]
+    fn dollars_are_doubled_so_systemd_passes_arguments_unexpanded() {
+        let mut job = running_job();
+        job.command.argv = ["/bin/echo", "$HOME", "${PATH}", "$$", "a$", "%u", "plain"]
+            .map(String::from)
+            .to_vec();
+        let p = properties(&job, &settings(), None, &[], &[], None);
+        let want = Variant::from(vec![(
+            "/bin/echo".to_string(),
+            [
+                "/bin/echo",
+                "$$HOME",
+                "$${PATH}",
+                "$$$$",
+                "a$$",
+                "%u",
+                "plain",
+            ]
+            .map(String::from)
+            .to_vec(),
+            false,
+        )]);
+        assert_eq!(get(&p, "ExecStart"), &want);
+        assert!(!p.iter().any(|(n, _)| *n == "ExecStartEx"));
     }
 
     #[test]
@@ -334,13 +370,13 @@ mod tests {
             "/var/lib/xlurm/scripts/7".to_string(),
         )]);
         assert_eq!(get(&p, "LoadCredential"), &want);
-        let Variant::Array(a) = get(&p, "ExecStartEx") else {
+        let Variant::Array(a) = get(&p, "ExecStart") else {
             panic!("not an array")
         };
         assert_eq!(a.len(), 1);
-        let text = format!("{:?}", get(&p, "ExecStartEx"));
+        let text = format!("{:?}", get(&p, "ExecStart"));
         assert!(
-            text.contains("CREDENTIALS_DIRECTORY") && text.contains("a1"),
+            text.contains("$$CREDENTIALS_DIRECTORY") && text.contains("a1"),
             "{text}"
         );
     }

@@ -31,6 +31,10 @@ pub struct Shared {
     units: BTreeMap<String, u32>,
     /// Timestamps (monotonic) of each StartTransientUnit call.
     pub start_times: Vec<std::time::Instant>,
+    /// How many of the next StartTransientUnit calls succeed but leave no
+    /// unit behind, as when systemd loses the start job of a new transient
+    /// unit in a daemon-reexec and then garbage-collects the unit.
+    pub lose_starts: usize,
 }
 
 #[derive(Clone)]
@@ -225,12 +229,17 @@ impl FakeSystemd {
                 )));
             }
             let serial = shared.started.len() as u32 + 1;
-            shared.units.insert(name.clone(), serial);
             shared.start_times.push(std::time::Instant::now());
             shared.started.push(Recorded {
                 name: name.clone(),
                 properties: props.clone(),
             });
+            if shared.lose_starts > 0 {
+                shared.lose_starts -= 1;
+                return OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
+                    .map_err(|e| fail(e.to_string()));
+            }
+            shared.units.insert(name.clone(), serial);
             serial
         };
         let path = crate::daemon::systemd::unit_path(&name);
@@ -265,11 +274,16 @@ impl FakeSystemd {
             .await
             .map_err(|e| fail(e.to_string()))?;
         if self.mode == Mode::Run {
+            // systemd turns `$$` into `$` when it runs the command.
             let argv: Vec<(String, Vec<String>, bool)> = props
-                .get("ExecStartEx")
+                .get("ExecStart")
                 .and_then(|v| v.try_clone().ok())
-                .and_then(|v| Vec::<(String, Vec<String>, Vec<String>)>::try_from(v).ok())
-                .map(|v| v.into_iter().map(|(p, a, _)| (p, a, false)).collect())
+                .and_then(|v| Vec::<(String, Vec<String>, bool)>::try_from(v).ok())
+                .map(|v| {
+                    v.into_iter()
+                        .map(|(p, a, f)| (p, a.iter().map(|s| s.replace("$$", "$")).collect(), f))
+                        .collect()
+                })
                 .unwrap_or_default();
             let env: Vec<String> = props
                 .get("Environment")

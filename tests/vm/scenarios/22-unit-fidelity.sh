@@ -34,8 +34,22 @@ want=$(printf '[%s]\n' "${args[@]}")
 got=$(cat "$dir/out.txt"); printf '%s\n' "$got"
 if [ "$got" != "$want" ]; then
     diff <(echo "$want") <(echo "$got") || true
-    fail "arguments changed on the way (src/daemon/unit.rs exec_start: ExecStart a(sasb) lets systemd expand \$VAR/\${VAR} in arguments; use ExecStartEx with the no-env-expand flag)"
+    fail "arguments changed on the way (src/daemon/unit.rs literal(): systemd expands \$VAR/\${VAR} in ExecStart arguments and turns \$\$ into \$; every \$ must be doubled)"
 fi
 note "ok: every argument arrived literally"
+
+check "after daemon-reload systemd still knows the job's command (it re-reads the transient unit file)"
+out=$("${B[@]}" Submit 'a{sv}' 2 argv as 6 /bin/sh -c 'sleep 60' sh '$HOME' '%u' cwd s "$dir")
+rid=$(echo "$out" | awk '{print $2}')
+wait_for "[ \"\$(field $rid state)\" = RUNNING ]" 60
+systemctl daemon-reload
+exec_start=$(systemctl show -P ExecStart "xlurm-job-$rid.service")
+note "ExecStart after reload: $exec_start"
+assert_contains "$exec_start" "path=/bin/sh" "ExecStart after daemon-reload (systemd 252 cannot read back ExecStartEx= from a transient unit file: src/daemon/unit.rs must send plain ExecStart)"
+if journalctl -q --no-pager -b -u "xlurm-job-$rid.service" | grep -q "Unknown key"; then
+    fail "systemd could not read back xlurm-job-$rid.service's transient file: $(journalctl -q --no-pager -b -u "xlurm-job-$rid.service" | grep 'Unknown key' | head -1)"
+fi
+"${B[@]}" Cancel t "$rid" >/dev/null
+wait_for "final $rid" 60
 assert_eq "$(printf '[%s]\n' $'a\x01b\x1bc\x7f' $'x\ny' '')" "$(cat "$dir/env.txt")" "environment values with control characters"
 assert_contains "$(xlurm queue "$id")" 'ジョブ ✓ %n $X' "job name kept"

@@ -92,6 +92,8 @@ for ((id = first + 1; id < last; id++)); do
     if [ "$user" != "$want_u" ] || [ "$state" != "$want_state" ] || [ "$code" != "$want_code" ]; then
         echo "job $id $name: user=$user state=$state exit=$code ($detail), expected $want_u $want_state $want_code; systemd starts: ${starts[xlurm-job-$id.service]:-0}"
         bad=$((bad + 1))
+        journalctl -q --no-pager --since "$since" -o short-precise -u xlurmd | grep -E "job $id( |:)" | sed 's/^/   xlurmd: /' || true
+        journalctl -q --no-pager --since "$since" -o short-precise UNIT=xlurm-job-$id.service + _SYSTEMD_UNIT=xlurm-job-$id.service | sed 's/^/   unit: /' || true
     fi
     n=${starts[xlurm-job-$id.service]:-0}
     [ "$n" -gt 1 ] && { echo "job $id $name started $n times"; twice=$((twice + 1)); }

@@ -25,3 +25,12 @@ assert_contains "$detail" "outside xlurm" "detail names the outside stop"
 check "its CPU is free again"
 rc=0; as_user alice xrun -t 30 /bin/true || rc=$?
 assert_eq 0 "$rc" "next job ran"
+
+# service.rs restart_lost() tells a unit systemd lost before it ran (started again) from
+# one that ran and was stopped (CANCELLED) by asking the journal as journal::unit_started does.
+check "the journal query behind restart_lost: a started unit is found, a never-started one is not"
+since=@$(( $(date +%s) - 600 ))
+q() { journalctl --output=json --no-pager --quiet --lines=1 --since="$since" "UNIT=$1" MESSAGE_ID=7d4958e842da4a758f6c1cdc7b36dcc5 + "_SYSTEMD_UNIT=$1"; }
+[ -n "$(q "xlurm-job-$id.service")" ] || fail "no 'Starting' entry for xlurm-job-$id.service: journal.rs unit_started() would start a stopped job again"
+[ -z "$(q xlurm-job-999999.service)" ] || fail "entries for a unit that never existed: the match in journal.rs unit_started() is too wide"
+note "ok"
