@@ -104,9 +104,14 @@ async fn main() {
     let fake_conn = bus.connect().await.unwrap();
     let fake = FakeSystemd::serve(&fake_conn, Mode::Instant).await.unwrap();
     let state = tempfile::tempdir().unwrap();
+    let state = match std::env::var("XLURM_BENCH_KEEP_STATE") {
+        // Where to leave the state for a look afterwards.
+        Ok(dir) => tempfile::Builder::new().tempdir_in(dir).unwrap().keep(),
+        Err(_) => state.path().to_path_buf(),
+    };
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .env("XLURM_BENCH_BUS", &bus.address)
-        .env("XLURM_BENCH_STATE", state.path())
+        .env("XLURM_BENCH_STATE", &state)
         .spawn()
         .unwrap();
     let conn = bus.connect().await.unwrap();
@@ -231,7 +236,7 @@ async fn main() {
     let t0 = Instant::now();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .env("XLURM_BENCH_BUS", &bus.address)
-        .env("XLURM_BENCH_STATE", state.path())
+        .env("XLURM_BENCH_STATE", &state)
         .spawn()
         .unwrap();
     while !dbus.name_has_owner(name.clone()).await.unwrap() {

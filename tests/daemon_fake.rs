@@ -18,6 +18,8 @@ struct Env {
     _fake_conn: zbus::Connection,
     /// The journalctl the daemon runs (a double in some tests).
     journalctl: String,
+    /// Accelerators the machine has (none by default).
+    devices: Vec<xlurm::core::Device>,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -30,6 +32,7 @@ async fn env(mode: Mode) -> Env {
         state: tempfile::tempdir().unwrap(),
         _fake_conn: conn,
         journalctl: "journalctl".into(),
+        devices: vec![],
     }
 }
 
@@ -39,7 +42,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         accel: vec![],
         tee_path: env!("CARGO_BIN_EXE_xlurm").to_string(),
         object_linger: std::time::Duration::from_secs(600),
-        machine: Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]),
+        machine: Machine::new(Topology::uniform(2, 2, 1 << 30), e.devices.clone()),
         policy: Policy::FifoStrict,
         limits: Limits {
             max_running: 8,
@@ -565,4 +568,133 @@ async fn without_a_journal_a_vanished_unit_is_cancelled_saying_so() {
         "{job:?}"
     );
     assert_eq!(t.starts_of(id), 1);
+}
+
+/// The keys of the tables under the `## ` heading starting with `heading` in
+/// docs/json.md, one set per table.
+fn documented_keys(doc: &str, heading: &str) -> Vec<std::collections::BTreeSet<String>> {
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with(heading))
+        .unwrap_or_else(|| panic!("docs/json.md has no section {heading:?}"));
+    let mut tables = Vec::new();
+    let mut current = std::collections::BTreeSet::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("| `") {
+            current.insert(rest.split('`').next().unwrap().to_string());
+        } else if !current.is_empty() && !line.starts_with('|') {
+            tables.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        tables.push(current);
+    }
+    tables
+}
+
+/// Runs the CLI against the test's bus (`--user`: the session bus) and parses its JSON.
+fn cli_json(e: &Env, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .arg("--user")
+        .args(args)
+        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "xlurm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|err| panic!("xlurm {args:?}: {err}"))
+}
+
+fn keys(v: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
+    let mut e = env(Mode::Run).await;
+    e.devices = vec![xlurm::core::Device::new(
+        xlurm::core::Vendor::Nv,
+        0,
+        "GPU-0",
+        Some(0),
+    )];
+    let (d, conn) = daemon(&e).await;
+    let c = client(&e).await;
+    // Finished: one exited, one killed by a signal.
+    let (exited, _) = c.submit(spec(&["/bin/sh", "-c", "exit 3"])).await.unwrap();
+    let (killed, _) = c
+        .submit(spec(&["/bin/sh", "-c", "kill -9 $$"]))
+        .await
+        .unwrap();
+    wait_state(&c, exited, "FAILED").await;
+    wait_state(&c, killed, "FAILED").await;
+    // Running: all 4 CPUs. Pending behind it: an environment and an --output file.
+    let mut s = spec(&["/bin/sleep", "60"]);
+    s.extend([entry("cpus", 4u32)]);
+    let (running, _) = c.submit(s).await.unwrap();
+    wait_state(&c, running, "RUNNING").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("out")).unwrap();
+    let mut s = spec(&["/bin/true"]);
+    s.extend([entry("env", vec!["X=1".to_string()])]);
+    s.insert(
+        "output_fd".into(),
+        zbus::OwnedVariant::try_from(zbus::Variant::Fd(zbus::Fd::from(&file))).unwrap(),
+    );
+    let (pending, _) = c.submit(s).await.unwrap();
+    let mut seen_job = std::collections::BTreeSet::new();
+    seen_job.extend(keys(&cli_json(
+        &e,
+        &["queue", &pending.to_string(), "--json"],
+    )));
+    // A restart while it waits loses its --output descriptor (outside systemd
+    // there is no descriptor store): once it runs it says so in output_error.
+    drop(d);
+    conn.release_name("org.xlurm.Scheduler1").await.unwrap();
+    drop(conn);
+    let (_d2, _c2) = daemon(&e).await;
+    c.cancel(running).await.unwrap();
+    let job = wait_state(&c, pending, "COMPLETED").await;
+    assert!(
+        get_str(&job, "output_error").contains("lost when xlurmd restarted"),
+        "{job:?}"
+    );
+
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/json.md")).unwrap();
+    for id in [exited, killed, running, pending] {
+        seen_job.extend(keys(&cli_json(&e, &["queue", &id.to_string(), "--json"])));
+    }
+    assert_eq!(
+        seen_job,
+        documented_keys(&doc, "`xqueue ID --json`")[0],
+        "docs/json.md (xqueue ID --json) vs GetJob"
+    );
+    let list = cli_json(&e, &["queue", "--all", "--json"]);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    for item in list {
+        assert_eq!(
+            keys(item),
+            documented_keys(&doc, "`xqueue --json`")[0],
+            "docs/json.md (xqueue --json) vs ListJobs"
+        );
+    }
+    let info = cli_json(&e, &["info", "--json"]);
+    let tables = documented_keys(&doc, "`xinfo --json`");
+    assert_eq!(tables.len(), 3, "xinfo: the machine, nodes, devices");
+    assert_eq!(
+        keys(&info),
+        tables[0],
+        "docs/json.md (xinfo --json) vs GetMachine"
+    );
+    assert_eq!(keys(&info["nodes"][0]), tables[1], "docs/json.md: nodes");
+    assert_eq!(
+        keys(&info["devices"][0]),
+        tables[2],
+        "docs/json.md: devices"
+    );
 }

@@ -335,6 +335,23 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         .readopt()
         .await
         .map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
+    // --output descriptors of pending jobs, kept in systemd's store across a crash.
+    {
+        let restored = super::output::from_listen_fds();
+        let st = daemon.state.lock().await;
+        let mut outputs = daemon.outputs.lock().await;
+        for (id, fd) in restored {
+            if st
+                .jobs
+                .get(&id)
+                .is_some_and(|j| j.state == super::job::JobState::Pending)
+            {
+                outputs.insert(id, fd);
+            } else {
+                super::output::unstore(id);
+            }
+        }
+    }
 
     let api = SchedulerApi {
         daemon: daemon.clone(),

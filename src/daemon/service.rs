@@ -460,6 +460,15 @@ impl Daemon {
         // --output: systemd holds the user's file from here on (the job's tee
         // wrapper writes it), so the daemon lets go of it once the unit exists.
         let output_fd = self.outputs.lock().await.remove(&job.id);
+        if output_fd.is_none() && job.output.as_ref().is_some_and(|o| o.error.is_empty()) {
+            self.output_lost(
+                job.id,
+                "its descriptor was lost when xlurmd restarted while the job was pending \
+                 (systemctl restart empties systemd's descriptor store); \
+                 the output is in the journal: xlurm log",
+            )
+            .await;
+        }
         let props = unit::properties(
             &job,
             &self.settings.unit,
@@ -528,6 +537,21 @@ impl Daemon {
                     }
                 }
                 Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Records why job `id`'s `--output` copy cannot be made (shown by `xqueue ID`).
+    async fn output_lost(&self, id: JobId, why: &str) {
+        tracing::warn!(job = id, "job {id}: no --output copy: {why}");
+        let mut st = self.state.lock().await;
+        if let Some(j) = st.jobs.get_mut(&id) {
+            if let Some(o) = j.output.as_mut() {
+                o.error = why.to_string();
+            }
+            let j = j.clone();
+            if let Err(e) = st.store.save([&j]) {
+                tracing::warn!(job = id, "recording the lost output copy: {e:#}");
             }
         }
     }
@@ -730,7 +754,7 @@ impl Daemon {
                     j.relaunches += 1;
                     if let Some(o) = j.output.as_mut().filter(|o| o.error.is_empty()) {
                         o.error = "the copy was lost when systemd lost the job's first start; \
-                                   its output is in the journal (xlurm log)"
+                                   the output is in the journal: xlurm log"
                             .into();
                     }
                     let j = j.clone();

@@ -59,6 +59,9 @@ pub struct ServiceObj {
     exec_main_code: i32,
     exec_main_status: i32,
     memory_max: u64,
+    /// Accounting, known once the unit ran (`u64::MAX`: unset, as systemd says).
+    memory_peak: u64,
+    cpu_usage_nsec: u64,
 }
 
 #[zbus::interface(name = "org.freedesktop.systemd1.Unit")]
@@ -94,6 +97,14 @@ impl ServiceObj {
     #[zbus(property)]
     fn memory_max(&self) -> u64 {
         self.memory_max
+    }
+    #[zbus(property)]
+    fn memory_peak(&self) -> u64 {
+        self.memory_peak
+    }
+    #[zbus(property, name = "CPUUsageNSec")]
+    fn cpu_usage_nsec(&self) -> u64 {
+        self.cpu_usage_nsec
     }
 }
 
@@ -269,6 +280,8 @@ impl FakeSystemd {
                     exec_main_code: 0,
                     exec_main_status: 0,
                     memory_max,
+                    memory_peak: u64::MAX,
+                    cpu_usage_nsec: u64::MAX,
                 },
             )
             .await
@@ -367,6 +380,9 @@ impl FakeSystemd {
                 s.result = result.into();
                 s.exec_main_code = code;
                 s.exec_main_status = status;
+                // Fixed figures: the double measures nothing.
+                s.memory_peak = 1 << 20;
+                s.cpu_usage_nsec = 1_000_000;
                 let em = iface.signal_emitter();
                 let _ = s.result_changed(em).await;
             }

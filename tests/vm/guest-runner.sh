@@ -26,6 +26,8 @@ put install.rc "$irc"
 
 export XLURM_VM=1 XLURM_VM_SRC=$src XLURM_VM_LIB=$src/tests/vm/lib.sh
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+# Scenario knobs passed from the host (XLURM_LOAD_* variables).
+[ -f "$src/tests/vm/scenario-env" ] && . "$src/tests/vm/scenario-env"
 while read -r name limit; do
     [ -n "$name" ] || continue
     file=$src/tests/vm/scenarios/$name.sh
