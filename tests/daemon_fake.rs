@@ -479,7 +479,11 @@ async fn lost_starts(journal: Option<&str>, lose: usize) -> LostStarts {
     let mut e = env(Mode::Run).await;
     let path = tools.path().join("journalctl");
     if let Some(out) = journal {
-        std::fs::write(&path, format!("#!/bin/sh\nprintf '%s' '{out}'\n")).unwrap();
+        // Like journalctl: nothing new after the cursor of what it printed.
+        let script = format!(
+            "#!/bin/sh\ncase \"$*\" in *--after-cursor=*) exit 0 ;; esac\nprintf '%s' '{out}'\n"
+        );
+        std::fs::write(&path, script).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     e.journalctl = path.to_string_lossy().into_owned();
@@ -696,5 +700,36 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         keys(&info["devices"][0]),
         tables[2],
         "docs/json.md: devices"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_journald_rotated_away_is_reported_not_silently_missing() {
+    // The journal's oldest entry is younger than the job: its first lines are gone.
+    let t = lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"9999999999999999","__CURSOR":"c1","MESSAGE":"the tail"}"#),
+        0,
+    )
+    .await;
+    let (id, _) = t.c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&t.c, id, "COMPLETED").await;
+    let (lines, cursor, state, missing_before) = t.c.read_log(id, "", 100).await.unwrap();
+    assert_eq!(lines, vec!["the tail".to_string()]);
+    assert_eq!((cursor.as_str(), state.as_str()), ("c1", "COMPLETED"));
+    assert_eq!(missing_before, 9_999_999_999_999_999);
+    // Later pages do not ask again.
+    let (_, _, _, again) = t.c.read_log(id, &cursor, 100).await.unwrap();
+    assert_eq!(again, 0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["--user", "log", &id.to_string()])
+        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("the tail"));
+    assert!(
+        stderr.contains("no longer in the journal") && stderr.contains("SystemMaxUse="),
+        "{stderr}"
     );
 }

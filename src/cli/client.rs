@@ -23,7 +23,7 @@ pub trait Scheduler {
         id: u64,
         cursor: &str,
         max_lines: u32,
-    ) -> zbus::Result<(Vec<String>, String, String)>;
+    ) -> zbus::Result<(Vec<String>, String, String, u64)>;
     fn set_policy(&self, policy: &str) -> zbus::Result<()>;
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
     fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)

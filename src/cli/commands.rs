@@ -330,6 +330,7 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
     let mut stream = LogStream {
         cursor: String::new(),
+        warned: false,
     };
     loop {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
@@ -404,6 +405,8 @@ async fn wait_for_change(changes: &mut super::client::JobStateChangedStream, id:
 /// Streams a job's output to stdout, page by page.
 struct LogStream {
     cursor: String,
+    /// Whether the "rotated away" warning was printed.
+    warned: bool,
 }
 
 impl LogStream {
@@ -415,10 +418,20 @@ impl LogStream {
         user: bool,
     ) -> Result<(usize, String)> {
         use std::io::Write;
-        let (lines, cursor, state) = p
+        let (lines, cursor, state, missing_before) = p
             .read_log(id, &self.cursor, 20_000)
             .await
             .map_err(|e| explain(e, user))?;
+        if missing_before > 0 && !self.warned {
+            self.warned = true;
+            eprintln!(
+                "xlurm: job {id}'s output from before {} is no longer in the journal: \
+                 journald rotated it away to stay within its size limits \
+                 (admins: journalctl --disk-usage, SystemMaxUse= in journald.conf; \
+                 --output PATH keeps a job's whole output in a file)",
+                local_time(missing_before, true)
+            );
+        }
         self.cursor = cursor;
         let mut out = std::io::stdout().lock();
         for l in &lines {
@@ -443,6 +456,7 @@ async fn log(a: LogArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let mut stream = LogStream {
         cursor: String::new(),
+        warned: false,
     };
     loop {
         let (n, state) = stream.pump(&p, a.id, user).await?;

@@ -486,9 +486,12 @@ impl SchedulerApi {
     }
 
     /// Up to `max_lines` lines of a job's output after `cursor` ("" = from the start),
-    /// for its owner and root. Returns the lines, the cursor to pass next, and the
-    /// job's state when read: once it is final, read until `lines` comes back empty.
-    #[zbus(out_args("lines", "cursor", "state"))]
+    /// for its owner and root. Returns the lines, the cursor to pass next, the
+    /// job's state when read (once it is final, read until `lines` comes back
+    /// empty) and, on the first page, `missing_before`: 0, or the time (µs since
+    /// the epoch) before which the journal no longer holds anything, when that is
+    /// after the job started: journald rotated its first output away.
+    #[zbus(out_args("lines", "cursor", "state", "missing_before"))]
     async fn read_log(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -496,13 +499,18 @@ impl SchedulerApi {
         id: u64,
         cursor: &str,
         max_lines: u32,
-    ) -> Result<(Vec<String>, String, String), ApiError> {
+    ) -> Result<(Vec<String>, String, String, u64), ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         if cursor.len() > 4096 {
             return Err(ApiError::InvalidArgs("cursor too long".into()));
         }
-        let (lines, cursor, state) = self.daemon.read_log(uid, id, cursor, max_lines).await?;
-        Ok((lines, cursor, state.name().to_string()))
+        let page = self.daemon.read_log(uid, id, cursor, max_lines).await?;
+        Ok((
+            page.lines,
+            page.cursor,
+            page.state.name().to_string(),
+            page.missing_before,
+        ))
     }
 
     /// The machine: NUMA nodes, devices with states and holders, policy and limits.

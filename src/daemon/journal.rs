@@ -55,6 +55,8 @@ pub fn parse(text: &str, previous_cursor: &str) -> Page {
 #[derive(Debug, Clone, Default)]
 pub struct Source {
     pub id: u64,
+    /// The job's owner (its processes' `_UID`).
+    pub uid: u32,
     pub unit: String,
     /// The unit's invocation, once known (hex, 32 digits).
     pub invocation_id: String,
@@ -125,6 +127,44 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     Ok(parse(&kept.join("\n"), cursor))
 }
 
+/// When the oldest entry of user `uid` the journal still holds was written
+/// (µs since the epoch; 0 if none). journald files a user's output in that
+/// user's own journal files (`SplitMode=uid`) and deletes the oldest files
+/// first when it reaches its size limits, so that user's output older than
+/// this is gone. (For root, whose entries share the system files with boot
+/// messages, this finds rotation less often: it may under-report, never over.)
+pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<u64> {
+    let mut cmd = tokio::process::Command::new(journalctl);
+    cmd.args(["--output=json", "--no-pager", "--quiet"]);
+    if user_mode {
+        cmd.arg("--user");
+    }
+    cmd.arg(format!("_UID={uid}"));
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    // journalctl starts at the head: its first entry is the oldest.
+    let mut child = cmd.spawn().context("running journalctl")?;
+    let stdout = child.stdout.take().context("journalctl's output")?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let first = lines
+        .next_line()
+        .await
+        .context("reading journalctl's output")?;
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    Ok(first.as_deref().map_or(0, realtime_usec))
+}
+
+/// The `__REALTIME_TIMESTAMP` of one `journalctl --output=json` entry (0 if none).
+fn realtime_usec(line: &str) -> u64 {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("__REALTIME_TIMESTAMP")?.as_str()?.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// systemd's "unit starting" message (`Starting xlurm-job-N.service...`).
 const UNIT_STARTING: &str = "MESSAGE_ID=7d4958e842da4a758f6c1cdc7b36dcc5";
 
@@ -193,5 +233,15 @@ mod tests {
         );
         assert_eq!(page.cursor, "s=1;i=3");
         assert_eq!(parse("", "c0").cursor, "c0");
+    }
+
+    #[test]
+    fn realtime_timestamps_are_read_as_journalctl_prints_them() {
+        assert_eq!(
+            realtime_usec(r#"{"__REALTIME_TIMESTAMP":"1764500000123456","MESSAGE":"x"}"#),
+            1_764_500_000_123_456
+        );
+        assert_eq!(realtime_usec(r#"{"MESSAGE":"x"}"#), 0);
+        assert_eq!(realtime_usec("not json"), 0);
     }
 }

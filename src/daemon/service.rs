@@ -67,6 +67,19 @@ pub struct Daemon {
     stopping: std::sync::atomic::AtomicBool,
 }
 
+/// A page of a job's output (see `Daemon::read_log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPage {
+    pub lines: Vec<String>,
+    /// Where the next page starts.
+    pub cursor: String,
+    /// The job's state when the page was read: once final, read until a page is empty.
+    pub state: JobState,
+    /// On the first page: 0, or the time (µs) before which the journal holds
+    /// nothing any more, when that is after the job started (rotated away).
+    pub missing_before: u64,
+}
+
 /// What a submission got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitted {
@@ -334,15 +347,13 @@ impl Daemon {
     }
 
     /// A page of job `id`'s output after `cursor`, for its owner and root.
-    /// Returns the lines, the cursor to continue from, and the job's state when
-    /// the page was read (a final state means: read until a page comes back empty).
     pub async fn read_log(
         &self,
         uid: u32,
         id: JobId,
         cursor: &str,
         max: u32,
-    ) -> ApiResult<(Vec<String>, String, JobState)> {
+    ) -> ApiResult<LogPage> {
         let (src, state) = {
             let st = self.state.lock().await;
             let job = st
@@ -357,19 +368,36 @@ impl Daemon {
             }
             (self.log_source(job), job.state)
         };
+        let mut out = LogPage {
+            lines: Vec::new(),
+            cursor: cursor.to_string(),
+            state,
+            missing_before: 0,
+        };
         if state == JobState::Pending {
-            return Ok((Vec::new(), cursor.to_string(), state));
+            return Ok(out);
         }
         let page = super::journal::read(&src, cursor, max.clamp(1, 100_000))
             .await
             .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))?;
-        Ok((page.lines, page.cursor, state))
+        if cursor.is_empty() && (!page.lines.is_empty() || state.is_final()) {
+            // The first page: has journald rotated the job's first lines away?
+            match super::journal::oldest_usec(&src.journalctl, src.uid, src.user_mode).await {
+                Ok(oldest) if oldest > src.start_usec => out.missing_before = oldest,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(job = id, "job {id}: reading the journal's head: {e:#}"),
+            }
+        }
+        out.lines = page.lines;
+        out.cursor = page.cursor;
+        Ok(out)
     }
 
     /// Where job `job`'s output is in the journal.
     pub fn log_source(&self, job: &Job) -> super::journal::Source {
         super::journal::Source {
             id: job.id,
+            uid: job.uid,
             unit: job.unit(),
             invocation_id: job.invocation_id.clone(),
             start_usec: job.start_usec,

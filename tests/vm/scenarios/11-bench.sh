@@ -36,3 +36,19 @@ t1=$(date +%s%N)
 x_ms=$(ms "$t0" "$t1")
 note "bare: $n starts in ${bare_ms} ms; xlurm (2 guest CPUs: 2 jobs at a time, each harvested before the next starts): $n starts in ${x_ms} ms; ratio $(awk "BEGIN {printf \"%.2f\", $bare_ms / $x_ms}")x (goal >= 0.9x)"
 wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1' | wc -l) -eq 0 ]" 120
+
+check "xlurm log -f of a chatty job on real journald: 20,000 lines, all once and in order"
+out=$(as_user alice xbatch -g 0 --wrap 'seq -f "chatty %g" 1 20000' 2>&1)
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+t0=$(date +%s%N)
+as_user alice xlurm log -f "$id" >/tmp/xlurm-11-follow.txt
+t1=$(date +%s%N)
+got=$(grep -c '^chatty ' /tmp/xlurm-11-follow.txt || true)
+assert_eq 20000 "$got" "lines xlurm log -f printed"
+assert_eq "$(seq -f 'chatty %g' 1 20000)" "$(grep '^chatty ' /tmp/xlurm-11-follow.txt)" "every line once, in order"
+t2=$(date +%s%N)
+direct=$(journalctl -q --no-pager -o cat -u "xlurm-job-$id.service" | grep -c '^chatty ' || true)
+t3=$(date +%s%N)
+f_ms=$(ms "$t0" "$t1"); j_ms=$(ms "$t2" "$t3")
+note "xlurm log -f (job start to last line, through xlurmd): 20000 lines in ${f_ms} ms = $(awk "BEGIN {printf \"%.0f\", 20000000 / ($f_ms + 1)}") lines/s; journalctl -u alone, after the fact: $direct lines in ${j_ms} ms = $(awk "BEGIN {printf \"%.0f\", $direct * 1000 / ($j_ms + 1)}") lines/s (TCG; natively: cargo bench --bench log_follow)"
+rm -f /tmp/xlurm-11-follow.txt

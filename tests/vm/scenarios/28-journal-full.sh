@@ -1,0 +1,54 @@
+#!/bin/bash
+# The journal filling up: journald held to a few MiB (SystemMaxUse=) rotates a chatty
+# job's first lines away. The job still ends COMPLETED with its exit code (xlurm's
+# state is not in the journal), `xlurm log` prints what is left and says on stderr
+# that the rest was rotated away and why, and the next job's output is complete.
+# timeout: 300
+set -euo pipefail
+. "$XLURM_VM_LIB"
+need_bin xlurmd
+
+conf=/etc/systemd/journald.conf.d/50-xlurm-28.conf
+cleanup() {
+    rm -f "$conf"
+    systemctl restart systemd-journald || true
+}
+trap cleanup EXIT
+mkdir -p "${conf%/*}"
+printf '[Journal]\nSystemMaxUse=4M\nSystemMaxFileSize=1M\n' >"$conf"
+systemctl restart systemd-journald
+systemctl start xlurmd
+note "journal after the restart: $(journalctl --disk-usage 2>&1)"
+
+check "a job printing more than journald keeps: COMPLETED, exit 0"
+pad=$(printf '%0100d' 0)
+out=$(as_user alice xbatch -g 0 -n xlurm-28-big --wrap "seq -f 'big %g $pad' 1 30000; echo last-line" 2>&1)
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+[ -n "$id" ] || fail "no job ID in: $out"
+wait_for "xlurm queue --all --json | grep -q '\"id\": $id,' && ! xlurm queue --json | grep -q '\"id\": $id,'" 240 1
+state=$(xlurm queue "$id" --json | grep -o '"state": "[A-Z_]*"' | cut -d'"' -f4)
+code=$(xlurm queue "$id" --json | grep -o '"exit_code": [0-9-]*' | awk '{print $2}')
+assert_eq COMPLETED "$state" "the job's state, with its output rotated away"
+assert_eq 0 "$code" "its exit code"
+note "journal now: $(journalctl --disk-usage 2>&1)"
+
+check "xlurm log prints what is left and says the rest was rotated away"
+rc=0
+as_user alice xlurm log "$id" >/tmp/xlurm-28.out 2>/tmp/xlurm-28.err || rc=$?
+assert_eq 0 "$rc" "xlurm log exit status"
+kept=$(grep -c '^big ' /tmp/xlurm-28.out || true)
+note "lines left in the journal: $kept of 30000; stderr: $(cat /tmp/xlurm-28.err)"
+[ "$kept" -lt 30000 ] || fail "all 30000 lines are still in the journal: SystemMaxUse=4M did not rotate (journald.conf.d not read?)"
+assert_contains "$(tail -n 1 /tmp/xlurm-28.out)" "last-line" "the end of the output is there"
+assert_contains "$(cat /tmp/xlurm-28.err)" "no longer in the journal" "xlurm log says output is missing"
+assert_contains "$(cat /tmp/xlurm-28.err)" "SystemMaxUse=" "and names the setting"
+rm -f /tmp/xlurm-28.out /tmp/xlurm-28.err
+
+check "xlurmd still serves, and a small job's output is complete, with no warning"
+rc=0
+out=$(as_user alice xrun -g 0 bash -c 'echo small-1; echo small-2' 2>/tmp/xlurm-28.err) || rc=$?
+assert_eq 0 "$rc" "xrun exit status"
+assert_eq "$(printf 'small-1\nsmall-2')" "$out" "xrun output"
+assert_not_contains "$(cat /tmp/xlurm-28.err)" "no longer in the journal" "no warning for a complete log"
+rm -f /tmp/xlurm-28.err
+note "ok"
