@@ -20,6 +20,8 @@ struct Env {
     journalctl: String,
     /// Accelerators the machine has (none by default).
     devices: Vec<xlurm::core::Device>,
+    /// How long an ended job's object stays (then it is kept in brief).
+    linger: Duration,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -33,6 +35,7 @@ async fn env(mode: Mode) -> Env {
         _fake_conn: conn,
         journalctl: "journalctl".into(),
         devices: vec![],
+        linger: Duration::from_secs(600),
     }
 }
 
@@ -41,7 +44,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
     let cfg = ServeConfig {
         accel: vec![],
         tee_path: env!("CARGO_BIN_EXE_xlurm").to_string(),
-        object_linger: std::time::Duration::from_secs(600),
+        object_linger: e.linger,
         machine: Machine::new(Topology::uniform(2, 2, 1 << 30), e.devices.clone()),
         policy: Policy::FifoStrict,
         limits: Limits {
@@ -732,4 +735,66 @@ async fn output_journald_rotated_away_is_reported_not_silently_missing() {
         stderr.contains("no longer in the journal") && stderr.contains("SystemMaxUse="),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_jobs_kept_in_brief_still_answer_every_call() {
+    let mut e = env(Mode::Run).await;
+    e.linger = Duration::from_millis(200);
+    let (d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/sh", "-c", "exit 3"])).await.unwrap();
+    let before = wait_state(&c, id, "FAILED").await;
+    let listed = |jobs: Vec<xlurm::daemon::api::JobSummary>| {
+        jobs.into_iter().find(|j| j.id == id).expect("listed")
+    };
+    let filter = HashMap::from([entry("all_users", true), entry("finished", true)]);
+    let summary_before = listed(c.list_jobs(filter.clone()).await.unwrap());
+    // Once its object is gone, the job is kept in brief, its record on disk.
+    let path = format!("/org/xlurm/Scheduler1/job/{id}");
+    let t0 = Instant::now();
+    while d.daemon.state.lock().await.jobs.contains_key(&id) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "job {id} never retired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(d.daemon.state.lock().await.ended.contains_key(&id));
+    let intro = zbus::fdo::IntrospectableProxy::builder(&e.bus.connect().await.unwrap())
+        .destination("org.xlurm.Scheduler1")
+        .path(path.as_str())
+        .build()
+        .await
+        .unwrap();
+    // zbus answers UnknownObject for a path it no longer serves.
+    let gone = intro.introspect().await;
+    assert!(
+        gone.as_ref()
+            .map_or(true, |x| !x.contains("org.xlurm.Job1")),
+        "its object is still there: {gone:?}"
+    );
+    assert_eq!(
+        c.get_job(id).await.unwrap(),
+        before,
+        "GetJob reads it back whole"
+    );
+    assert_eq!(
+        listed(c.list_jobs(filter).await.unwrap()),
+        summary_before,
+        "ListJobs shows the same line"
+    );
+    let only_failed = HashMap::from([entry("states", vec!["FAILED".to_string()])]);
+    assert_eq!(listed(c.list_jobs(only_failed).await.unwrap()).exit_code, 3);
+    let active = c.list_jobs(HashMap::new()).await.unwrap();
+    assert!(active.iter().all(|j| j.id != id), "not listed as active");
+    assert!(error_name(c.cancel(id).await.unwrap_err()).contains("WrongState"));
+    // ReadLog finds it (whether a journal is there to read depends on the host).
+    if let Err(err) = c.read_log(id, "", 10).await {
+        let err = error_name(err);
+        assert!(
+            !err.contains("NoSuchJob") && !err.contains("PermissionDenied"),
+            "{err}"
+        );
+    }
 }

@@ -5,10 +5,10 @@
 //! caller's unique bus name as subject.
 
 use super::error::{ApiError, ApiResult};
-use super::job::{Job, JobState};
-use super::service::Daemon;
+use super::job::{Brief, Job, JobState};
+use super::service::{Daemon, Found};
 use super::spec;
-use crate::core::{Policy, Vendor};
+use crate::core::{JobId, Policy, Vendor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use zbus::message::Header;
@@ -56,27 +56,28 @@ pub struct JobSummary {
 
 /// A job's summary line.
 pub fn summary(job: &Job, reason: String) -> JobSummary {
+    summary_of(job.id, &Brief::of(job, job.user.as_str().into()), reason)
+}
+
+/// The summary line of job `id`, in brief.
+pub fn summary_of(id: JobId, b: &Brief, reason: String) -> JobSummary {
     JobSummary {
-        id: job.id,
-        name: job.name.clone(),
-        uid: job.uid,
-        user: job.user.clone(),
-        state: job.state.name().to_string(),
+        id,
+        name: b.name.to_string(),
+        uid: b.uid,
+        user: b.user.to_string(),
+        state: b.state.name().to_string(),
         reason,
-        submit_time: job.submit_usec,
-        start_time: job.start_usec,
-        end_time: job.end_usec,
-        time_limit: job.demand.time_limit_secs,
-        cpus: job.demand.cpus,
-        mem: job.demand.mem_bytes,
-        spread: job.alloc.as_ref().is_some_and(|a| a.spread),
-        devices: devices_allocated(job).unwrap_or_else(|| devices_requested(job)),
-        exit_code: job.exit_code().unwrap_or(-1),
-        detail: job
-            .outcome
-            .as_ref()
-            .map(|o| o.detail.clone())
-            .unwrap_or_default(),
+        submit_time: b.submit_usec,
+        start_time: b.start_usec,
+        end_time: b.end_usec,
+        time_limit: b.time_limit_secs,
+        cpus: b.cpus,
+        mem: b.mem_bytes,
+        spread: b.spread,
+        devices: b.devices.to_string(),
+        exit_code: b.exit_code,
+        detail: b.detail.to_string(),
     }
 }
 
@@ -90,33 +91,6 @@ fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
     if let Ok(v) = OwnedVariant::try_from(v.into()) {
         m.insert(key.to_string(), v);
     }
-}
-
-/// The request as `xqueue` shows it before the job starts: `cpu`, `auto:1`, `nv:2`, `nv:[0,1]`.
-pub fn devices_requested(job: &Job) -> String {
-    let d = &job.demand.devices;
-    if d.count == 0 {
-        return "cpu".into();
-    }
-    let v = d.vendor.map(Vendor::short).unwrap_or("auto");
-    if d.ids.is_empty() {
-        format!("{v}:{}", d.count)
-    } else {
-        let ids: Vec<String> = d.ids.iter().map(u32::to_string).collect();
-        format!("{v}:[{}]", ids.join(","))
-    }
-}
-
-/// What the job got, once started: `nv:[0,1]`, or `cpu`.
-pub fn devices_allocated(job: &Job) -> Option<String> {
-    let a = job.alloc.as_ref()?;
-    Some(match a.devices.first() {
-        None => "cpu".into(),
-        Some(first) => {
-            let ids: Vec<String> = a.devices.iter().map(|d| d.index.to_string()).collect();
-            format!("{}:[{}]", first.vendor, ids.join(","))
-        }
-    })
 }
 
 /// A job as a{sv}. `detail` adds what only the owner and root may see.
@@ -137,12 +111,12 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "time_limit", job.demand.time_limit_secs);
     put(&mut m, "exclusive", job.demand.exclusive);
     put(&mut m, "numa_local", job.demand.numa_local);
-    put(&mut m, "devices_requested", devices_requested(job));
+    put(&mut m, "devices_requested", job.devices_requested());
     if let Some(a) = &job.alloc {
         put(
             &mut m,
             "devices",
-            devices_allocated(job).unwrap_or_default(),
+            job.devices_allocated().unwrap_or_default(),
         );
         put(&mut m, "alloc_cpus", a.cpus.to_list());
         put(&mut m, "alloc_mem_nodes", a.mem_nodes.to_list());
@@ -367,20 +341,24 @@ impl SchedulerApi {
     ) -> Result<Dict, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         let st = self.daemon.state.lock().await;
-        let job = st.jobs.get(&id).ok_or_else(|| {
+        let found = st.find(id).ok_or_else(|| {
             ApiError::NoSuchJob(format!(
                 "no job {id} (finished jobs are kept for a while, then cleaned)"
             ))
         })?;
-        let own = Daemon::owns(uid, job);
+        let own = Daemon::owns(uid, found.uid());
         if !own && !self.daemon.settings.list_is_public {
             return Err(ApiError::PermissionDenied(format!(
                 "job {id} belongs to {}",
-                job.user
+                found.user()
             )));
         }
+        let job = st
+            .full(id)
+            .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
+            .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
         let reason = st.sched.reason(id).map(|r| r.to_string());
-        Ok(job_dict(job, reason, own))
+        Ok(job_dict(&job, reason, own))
     }
 
     /// Jobs, newest last. Filter keys: `all_users` (b), `states` (as), `limit` (u),
@@ -446,39 +424,46 @@ impl SchedulerApi {
             ));
         }
         let st = self.daemon.state.lock().await;
-        let keep = |j: &&Job| {
-            (all_users || j.uid == uid)
+        let keep = |j: &Found<'_>| {
+            (all_users || j.uid() == uid)
                 && match &states {
-                    Some(s) => s.contains(&j.state),
-                    None => finished || !j.state.is_final(),
+                    Some(s) => s.contains(&j.state()),
+                    None => finished || !j.state().is_final(),
                 }
         };
         // Reasons depend only on the demand (and whether the job is the head):
         // compute each distinct one once per listing.
         let mut reasons: HashMap<(&crate::core::Demand, bool), String> = HashMap::new();
         let head = st.sched.head();
-        let mut out: Vec<JobSummary> = st
-            .jobs
-            .values()
-            .rev()
-            .filter(keep)
+        let only_active = !finished && states.is_none();
+        let jobs: Box<dyn Iterator<Item = (JobId, Found<'_>)>> = if only_active {
+            // Ended jobs in brief are never active: skip them.
+            Box::new(st.jobs.iter().rev().map(|(id, j)| (*id, Found::Full(j))))
+        } else {
+            Box::new(st.newest_first())
+        };
+        let mut out: Vec<JobSummary> = jobs
+            .filter(|(_, j)| keep(j))
             .take(limit)
-            .map(|j| {
-                let reason = if j.state == JobState::Pending {
-                    let key = (&j.demand, head == Some(j.id));
-                    reasons
-                        .entry(key)
-                        .or_insert_with(|| {
-                            st.sched
-                                .reason(j.id)
-                                .map(|r| r.to_string())
-                                .unwrap_or_default()
-                        })
-                        .clone()
-                } else {
-                    String::new()
-                };
-                summary(j, reason)
+            .map(|(id, j)| match j {
+                Found::Full(j) => {
+                    let reason = if j.state == JobState::Pending {
+                        let key = (&j.demand, head == Some(j.id));
+                        reasons
+                            .entry(key)
+                            .or_insert_with(|| {
+                                st.sched
+                                    .reason(j.id)
+                                    .map(|r| r.to_string())
+                                    .unwrap_or_default()
+                            })
+                            .clone()
+                    } else {
+                        String::new()
+                    };
+                    summary(j, reason)
+                }
+                Found::Brief(b) => summary_of(id, b, String::new()),
             })
             .collect();
         out.reverse();

@@ -1,7 +1,8 @@
 //! A job as the daemon keeps it: what was submitted, where it is, how it ended.
 
-use crate::core::{Allocation, Demand, JobId};
+use crate::core::{Allocation, Demand, JobId, Vendor};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Job states, named as Slurm users know them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -147,6 +148,33 @@ impl Job {
             .ok()
     }
 
+    /// The request as `xqueue` shows it before the job starts: `cpu`, `auto:1`, `nv:2`, `nv:[0,1]`.
+    pub fn devices_requested(&self) -> String {
+        let d = &self.demand.devices;
+        if d.count == 0 {
+            return "cpu".into();
+        }
+        let v = d.vendor.map(Vendor::short).unwrap_or("auto");
+        if d.ids.is_empty() {
+            format!("{v}:{}", d.count)
+        } else {
+            let ids: Vec<String> = d.ids.iter().map(u32::to_string).collect();
+            format!("{v}:[{}]", ids.join(","))
+        }
+    }
+
+    /// What the job got, once started: `nv:[0,1]`, or `cpu`.
+    pub fn devices_allocated(&self) -> Option<String> {
+        let a = self.alloc.as_ref()?;
+        Some(match a.devices.first() {
+            None => "cpu".into(),
+            Some(first) => {
+                let ids: Vec<String> = a.devices.iter().map(|d| d.index.to_string()).collect();
+                format!("{}:[{}]", first.vendor, ids.join(","))
+            }
+        })
+    }
+
     /// Whether the forwarded environment is still needed: until systemd has
     /// started the unit (an invocation ID is known), a lost start is retried
     /// with it. It is dropped from memory and state after that.
@@ -175,6 +203,59 @@ impl Job {
             JobState::Lost => 126,
             JobState::Pending | JobState::Running => return None,
         })
+    }
+}
+
+/// A job in brief: what a queue listing shows of it. Jobs that ended are kept
+/// in memory only so (about 250 bytes each); their whole record stays in the
+/// job log and is read back for `GetJob` and `ReadLog` (see `store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Brief {
+    pub submit_usec: u64,
+    pub start_usec: u64,
+    pub end_usec: u64,
+    pub mem_bytes: u64,
+    pub time_limit_secs: u64,
+    pub uid: u32,
+    pub cpus: u32,
+    /// The exit code the CLI reports, -1 while the job has none.
+    pub exit_code: i32,
+    pub state: JobState,
+    pub spread: bool,
+    pub name: Box<str>,
+    /// Shared between a user's jobs.
+    pub user: Arc<str>,
+    /// Devices given, or requested while pending (`cpu`, `nv:[0,1]`, `auto:1`).
+    pub devices: Box<str>,
+    /// How it ended, in a line; empty while active.
+    pub detail: Box<str>,
+}
+
+impl Brief {
+    /// `job` in brief; `user` is its owner's name (interned by the caller).
+    pub fn of(job: &Job, user: Arc<str>) -> Brief {
+        Brief {
+            submit_usec: job.submit_usec,
+            start_usec: job.start_usec,
+            end_usec: job.end_usec,
+            mem_bytes: job.demand.mem_bytes,
+            time_limit_secs: job.demand.time_limit_secs,
+            uid: job.uid,
+            cpus: job.demand.cpus,
+            exit_code: job.exit_code().unwrap_or(-1),
+            state: job.state,
+            spread: job.alloc.as_ref().is_some_and(|a| a.spread),
+            name: job.name.as_str().into(),
+            user,
+            devices: job
+                .devices_allocated()
+                .unwrap_or_else(|| job.devices_requested())
+                .into(),
+            detail: job
+                .outcome
+                .as_ref()
+                .map_or_else(Box::default, |o| o.detail.as_str().into()),
+        }
     }
 }
 

@@ -118,7 +118,7 @@ impl JobObject {
                     "cpus={} mem={} devices={} time_limit={}s",
                     j.demand.cpus,
                     crate::core::request::format_bytes(j.demand.mem_bytes),
-                    super::api::devices_requested(j),
+                    j.devices_requested(),
                     j.demand.time_limit_secs
                 )
             },
@@ -135,7 +135,7 @@ impl JobObject {
                     "cpus={} mem_nodes={} devices={}{}",
                     a.cpus,
                     a.mem_nodes,
-                    super::api::devices_allocated(j).unwrap_or_default(),
+                    j.devices_allocated().unwrap_or_default(),
                     if a.spread { " spread" } else { "" }
                 ),
                 None => String::new(),
@@ -248,12 +248,15 @@ pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state
     if state.is_final() {
         let conn = conn.clone();
         let linger = daemon.settings.object_linger;
+        let daemon = daemon.clone();
         tokio::spawn(async move {
             tokio::time::sleep(linger).await;
             let _ = conn
                 .object_server()
                 .remove::<JobObject, _>(path.as_str())
                 .await;
+            // Nobody watches it closely any more: keep it in brief.
+            daemon.state.lock().await.retire(id);
         });
     }
 }

@@ -127,6 +127,25 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     Ok(parse(&kept.join("\n"), cursor))
 }
 
+/// Waits until journald has stored everything sent to it so far
+/// (`journalctl --sync`, root only).
+pub async fn sync(journalctl: &str) -> Result<()> {
+    let out = tokio::process::Command::new(journalctl)
+        .arg("--sync")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .output()
+        .await
+        .context("running journalctl --sync")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "journalctl --sync failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// When the oldest entry of user `uid` the journal still holds was written
 /// (µs since the epoch; 0 if none). journald files a user's output in that
 /// user's own journal files (`SplitMode=uid`) and deletes the oldest files

@@ -329,7 +329,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         journalctl: cfg.journalctl.clone(),
         object_linger: cfg.object_linger,
     };
-    let state = State::new(sched, loaded.jobs, store, loaded.next_id);
+    let state = State::new(sched, loaded, store);
     let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
     daemon
         .readopt()

@@ -4,10 +4,10 @@
 //! take the caller's uid as an argument so they can be tested without a bus.
 
 use super::error::{ApiError, ApiResult};
-use super::job::{Command, Job, JobState, Outcome};
+use super::job::{Brief, Command, Job, JobState, Outcome};
 use super::outcome::classify;
 use super::spec::Spec;
-use super::store::Store;
+use super::store::{Loaded, Names, Store};
 use super::systemd::Systemd;
 use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
@@ -41,10 +41,44 @@ pub struct Settings {
 
 pub struct State {
     pub sched: Scheduler,
+    /// Jobs in full: pending, running, and those that ended a short while ago
+    /// (while their D-Bus object lingers); see [`State::retire`].
     pub jobs: BTreeMap<JobId, Job>,
+    /// Jobs that ended, in brief; their whole record is in the store.
+    pub ended: BTreeMap<JobId, Brief>,
+    names: Names,
     pub store: Store,
     pub next_id: JobId,
     pending_per_user: HashMap<u32, usize>,
+}
+
+/// A job found by ID: in full, or ended and kept in brief.
+pub enum Found<'a> {
+    Full(&'a Job),
+    Brief(&'a Brief),
+}
+
+impl Found<'_> {
+    pub fn uid(&self) -> u32 {
+        match self {
+            Found::Full(j) => j.uid,
+            Found::Brief(b) => b.uid,
+        }
+    }
+
+    pub fn user(&self) -> &str {
+        match self {
+            Found::Full(j) => &j.user,
+            Found::Brief(b) => &b.user,
+        }
+    }
+
+    pub fn state(&self) -> JobState {
+        match self {
+            Found::Full(j) => j.state,
+            Found::Brief(b) => b.state,
+        }
+    }
 }
 
 /// Everything the daemon's tasks share.
@@ -89,22 +123,73 @@ pub struct Submitted {
 }
 
 impl State {
-    pub fn new(
-        sched: Scheduler,
-        jobs: BTreeMap<JobId, Job>,
-        store: Store,
-        next_id: JobId,
-    ) -> State {
+    pub fn new(sched: Scheduler, loaded: Loaded, store: Store) -> State {
         let mut pending_per_user = HashMap::new();
-        for j in jobs.values().filter(|j| j.state == JobState::Pending) {
+        for j in loaded
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+        {
             *pending_per_user.entry(j.uid).or_insert(0) += 1;
         }
         State {
             sched,
-            jobs,
+            jobs: loaded.jobs,
+            ended: loaded.ended,
+            names: loaded.names,
             store,
-            next_id,
+            next_id: loaded.next_id,
             pending_per_user,
+        }
+    }
+
+    /// Job `id`, in full or in brief.
+    pub fn find(&self, id: JobId) -> Option<Found<'_>> {
+        match self.jobs.get(&id) {
+            Some(j) => Some(Found::Full(j)),
+            None => self.ended.get(&id).map(Found::Brief),
+        }
+    }
+
+    /// Job `id` in full: from memory, or read back from the store if it ended
+    /// a while ago.
+    pub fn full(&self, id: JobId) -> anyhow::Result<Option<std::borrow::Cow<'_, Job>>> {
+        match self.jobs.get(&id) {
+            Some(j) => Ok(Some(std::borrow::Cow::Borrowed(j))),
+            None if self.ended.contains_key(&id) => {
+                Ok(Some(std::borrow::Cow::Owned(self.store.read(id)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Every job, newest (highest ID) first, in full or in brief.
+    pub fn newest_first(&self) -> impl Iterator<Item = (JobId, Found<'_>)> {
+        let mut full = self.jobs.iter().rev().peekable();
+        let mut brief = self.ended.iter().rev().peekable();
+        std::iter::from_fn(move || {
+            let take_full = match (full.peek(), brief.peek()) {
+                (Some((a, _)), Some((b, _))) => a > b,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
+            };
+            if take_full {
+                full.next().map(|(id, j)| (*id, Found::Full(j)))
+            } else {
+                brief.next().map(|(id, b)| (*id, Found::Brief(b)))
+            }
+        })
+    }
+
+    /// Keeps ended job `id` in brief only, from now on.
+    pub fn retire(&mut self, id: JobId) {
+        if !self.jobs.get(&id).is_some_and(|j| j.state.is_final()) {
+            return;
+        }
+        if let Some(job) = self.jobs.remove(&id) {
+            let user = self.names.get(&job.user);
+            self.ended.insert(id, Brief::of(&job, user));
         }
     }
 
@@ -286,8 +371,9 @@ impl Daemon {
     }
 
     /// Whether `uid` may see details of, or act on, `job` without polkit.
-    pub fn owns(uid: u32, job: &Job) -> bool {
-        uid == 0 || uid == job.uid
+    /// Whether caller `uid` may see and act on a job of `owner`'s.
+    pub fn owns(uid: u32, owner: u32) -> bool {
+        uid == 0 || uid == owner
     }
 
     /// Cancels a job and returns the state it was in. `admin` says the caller
@@ -295,18 +381,17 @@ impl Daemon {
     pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
         let mut st = self.state.lock().await;
         let job = st
-            .jobs
-            .get(&id)
+            .find(id)
             .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-        if !Self::owns(uid, job) && !admin {
+        if !Self::owns(uid, job.uid()) && !admin {
             return Err(ApiError::PermissionDenied(format!(
                 "job {id} belongs to {}; only its owner or an admin may cancel it",
-                job.user
+                job.user()
             )));
         }
-        match job.state {
+        let owner = job.uid();
+        match job.state() {
             JobState::Pending => {
-                let owner = job.uid;
                 st.sched.dequeue(id);
                 st.pending_done(owner);
                 let now = now_usec();
@@ -326,7 +411,7 @@ impl Daemon {
                 Ok(JobState::Pending)
             }
             JobState::Running => {
-                let unit = job.unit();
+                let unit = Job::unit_name(id);
                 let job = st.jobs.get_mut(&id).expect("checked above");
                 job.cancel_requested_by = Some(uid);
                 let job = job.clone();
@@ -356,17 +441,20 @@ impl Daemon {
     ) -> ApiResult<LogPage> {
         let (src, state) = {
             let st = self.state.lock().await;
-            let job = st
-                .jobs
-                .get(&id)
+            let found = st
+                .find(id)
                 .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-            if !Self::owns(uid, job) {
+            if !Self::owns(uid, found.uid()) {
                 return Err(ApiError::PermissionDenied(format!(
                     "job {id} belongs to {}; only its owner and root may read its output",
-                    job.user
+                    found.user()
                 )));
             }
-            (self.log_source(job), job.state)
+            let job = st
+                .full(id)
+                .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
+                .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+            (self.log_source(&job), job.state)
         };
         let mut out = LogPage {
             lines: Vec::new(),
@@ -377,9 +465,22 @@ impl Daemon {
         if state == JobState::Pending {
             return Ok(out);
         }
-        let page = super::journal::read(&src, cursor, max.clamp(1, 100_000))
-            .await
-            .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))?;
+        let max = max.clamp(1, 100_000);
+        let read = |src| async move {
+            super::journal::read(src, cursor, max)
+                .await
+                .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))
+        };
+        let mut page = read(&src).await?;
+        if page.lines.is_empty() && state.is_final() && !src.user_mode {
+            // The job ended, but journald may still be storing what it printed
+            // last (it lags under load): `journalctl --sync` returns once all
+            // that was sent before it is stored. Then look once more.
+            match super::journal::sync(&src.journalctl).await {
+                Ok(()) => page = read(&src).await?,
+                Err(e) => tracing::warn!(job = id, "job {id}: journalctl --sync: {e:#}"),
+            }
+        }
         if cursor.is_empty() && (!page.lines.is_empty() || state.is_final()) {
             // The first page: has journald rotated the job's first lines away?
             match super::journal::oldest_usec(&src.journalctl, src.uid, src.user_mode).await {
@@ -867,18 +968,43 @@ impl Daemon {
         Ok(())
     }
 
-    /// Drops finished jobs older than the retention period.
+    /// Drops ended jobs older than the retention period, and keeps those that
+    /// ended more than a linger period ago in brief only (their D-Bus objects
+    /// are gone by then: see `job_object`).
     pub async fn clean(&self) {
-        let cutoff =
-            now_usec().saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
+        let now = now_usec();
+        let cutoff = now.saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
+        let linger = self.settings.object_linger.as_micros() as u64 + 60_000_000;
         let mut st = self.state.lock().await;
-        st.jobs
-            .retain(|_, j| !(j.state.is_final() && j.end_usec < cutoff));
-        let live = st.jobs.len();
+        let State {
+            store, jobs, ended, ..
+        } = &mut *st;
+        jobs.retain(|id, j| {
+            let keep = !(j.state.is_final() && j.end_usec < cutoff);
+            if !keep {
+                store.forget(*id);
+            }
+            keep
+        });
+        ended.retain(|id, b| {
+            let keep = b.end_usec >= cutoff;
+            if !keep {
+                store.forget(*id);
+            }
+            keep
+        });
+        let old: Vec<JobId> = st
+            .jobs
+            .values()
+            .filter(|j| j.state.is_final() && j.end_usec.saturating_add(linger) < now)
+            .map(|j| j.id)
+            .collect();
+        for id in old {
+            st.retire(id);
+        }
         let next = st.next_id;
-        let State { store, jobs, .. } = &mut *st;
-        if store.save_next_id(next).is_ok() {
-            if let Err(e) = store.maybe_compact(live, jobs.values()) {
+        if st.store.save_next_id(next).is_ok() {
+            if let Err(e) = st.store.maybe_compact() {
                 tracing::warn!("compacting the job log: {e:#}");
             }
         }

@@ -2,31 +2,61 @@
 //!
 //! Each change appends the job's whole record and syncs it, so submitting the
 //! 100,000th job costs what the first did; the last record of an ID wins. The
-//! log is compacted (rewritten atomically: temp file, fsync, rename) at start
+//! store knows where each job's current record is, so jobs that ended live in
+//! memory only in brief ([`Brief`]) and their whole record is read back from
+//! here when asked for ([`Store::read`]). The log is compacted (the current
+//! record of each job copied to a new file: temp file, fsync, rename) at start
 //! and when it grows past twice its live size, which is also when forwarded
 //! environments of started jobs leave the disk. A line that cannot be read is
 //! never overwritten: the file is kept aside as `jobs.log.corrupt-<time>` and
 //! reported.
 
-use super::job::Job;
+use super::job::{Brief, Job};
 use crate::core::JobId;
 use anyhow::{Context, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub struct Store {
     dir: PathBuf,
+    /// The log, for appending.
     log: File,
+    /// The log, for reading records back.
+    reader: File,
+    /// Its length in bytes.
+    len: u64,
     /// Records in the log, live or superseded.
     lines: usize,
+    /// Where each job's current record is: offset and length (with its newline).
+    at: HashMap<JobId, (u64, u32)>,
+}
+
+/// User names, shared between the brief records of a user's jobs.
+#[derive(Default)]
+pub struct Names(HashSet<Arc<str>>);
+
+impl Names {
+    pub fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.0.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        self.0.insert(n.clone());
+        n
+    }
 }
 
 /// What was found on disk at start.
 pub struct Loaded {
+    /// Pending and running jobs.
     pub jobs: BTreeMap<JobId, Job>,
+    /// Jobs that ended, in brief.
+    pub ended: BTreeMap<JobId, Brief>,
+    pub names: Names,
     pub next_id: JobId,
     /// Set when a damaged log was kept aside.
     pub warning: Option<String>,
@@ -35,6 +65,12 @@ pub struct Loaded {
 const LOG: &str = "jobs.log";
 const NEXT: &str = "next-id";
 
+/// Just the ID of a record (the rest is skipped, not built).
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    id: JobId,
+}
+
 impl Store {
     /// Opens (creating) the state directory, loads the jobs and compacts.
     pub fn open(dir: &Path) -> Result<(Store, Loaded)> {
@@ -42,38 +78,53 @@ impl Store {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} root-only", dir.display()))?;
         let path = dir.join(LOG);
-        let (jobs, warning) = match read_log(&path) {
-            Ok(jobs) => (jobs, None),
+        let (current, loaded, warning) = match scan(&path, false).and_then(|current| {
+            let loaded = rewrite(dir, &path, &current)?;
+            Ok((current, loaded))
+        }) {
+            Ok((current, loaded)) => (current, loaded, None),
             Err(e) => {
                 let aside = dir.join(format!("{LOG}.corrupt-{}", now_secs()));
                 std::fs::rename(&path, &aside)
                     .with_context(|| format!("keeping damaged {} aside", path.display()))?;
-                let jobs = read_log_lenient(&aside);
+                let current = scan(&aside, true)?;
+                let loaded = rewrite(dir, &aside, &current)?;
                 let msg = format!(
                     "{} was damaged ({e:#}); kept it as {} and recovered {} jobs from it",
                     path.display(),
                     aside.display(),
-                    jobs.len()
+                    current.len()
                 );
-                (jobs, Some(msg))
+                (current, loaded, Some(msg))
             }
         };
+        let Rewritten {
+            jobs,
+            ended,
+            names,
+            at,
+        } = loaded;
         let stored_next = std::fs::read_to_string(dir.join(NEXT))
             .ok()
             .and_then(|s| s.trim().parse::<JobId>().ok())
             .unwrap_or(1);
-        let next_id = stored_next.max(jobs.keys().next_back().map_or(1, |id| id + 1));
-        write_atomic(dir, LOG, &render(jobs.values())?)?;
+        let next_id = stored_next.max(current.keys().next_back().map_or(1, |id| id + 1));
         let log = open_append(&path)?;
+        let len = log.metadata()?.len();
         let store = Store {
             dir: dir.to_path_buf(),
+            reader: File::open(&path).with_context(|| format!("reading {}", path.display()))?,
             log,
-            lines: jobs.len(),
+            len,
+            lines: at.len(),
+            at,
         };
         Ok((
             store,
             Loaded {
                 jobs,
+                ended,
+                names,
                 next_id,
                 warning,
             },
@@ -83,21 +134,43 @@ impl Store {
     /// Appends records and syncs them to disk before returning.
     pub fn save<'a>(&mut self, jobs: impl IntoIterator<Item = &'a Job>) -> Result<()> {
         let mut buf = Vec::new();
-        let mut n = 0;
+        let mut placed = Vec::new();
         for job in jobs {
+            let start = buf.len();
             serde_json::to_writer(&mut buf, &StoredJob::from(job))?;
             buf.push(b'\n');
-            n += 1;
+            let n = u32::try_from(buf.len() - start).context("a job record over 4 GiB")?;
+            placed.push((job.id, self.len + start as u64, n));
         }
-        if n == 0 {
+        if placed.is_empty() {
             return Ok(());
         }
         self.log
             .write_all(&buf)
             .context("appending to the job log")?;
         self.log.sync_data().context("syncing the job log")?;
-        self.lines += n;
+        self.len += buf.len() as u64;
+        self.lines += placed.len();
+        for (id, off, n) in placed {
+            self.at.insert(id, (off, n));
+        }
         Ok(())
+    }
+
+    /// Job `id`'s current record, read back from the log.
+    pub fn read(&self, id: JobId) -> Result<Job> {
+        let (off, n) = *self
+            .at
+            .get(&id)
+            .with_context(|| format!("job {id} has no record in the job log"))?;
+        let mut buf = Vec::new();
+        read_record(&self.reader, off, n, &mut buf)?;
+        serde_json::from_slice(&buf).with_context(|| format!("the record of job {id}"))
+    }
+
+    /// Forgets job `id` (cleaned away): the next compaction drops its record.
+    pub fn forget(&mut self, id: JobId) {
+        self.at.remove(&id);
     }
 
     /// Records the next job ID, so IDs are never reused even after all jobs
@@ -106,19 +179,37 @@ impl Store {
         write_atomic(&self.dir, NEXT, next.to_string().as_bytes())
     }
 
-    /// Rewrites the log with only `live` when it has grown past twice its size.
-    pub fn maybe_compact<'a>(
-        &mut self,
-        live: usize,
-        jobs: impl Iterator<Item = &'a Job>,
-    ) -> Result<bool> {
-        if self.lines <= 2 * live.max(1000) {
+    /// Rewrites the log with each job's current record only, once it has grown
+    /// past twice that.
+    pub fn maybe_compact(&mut self) -> Result<bool> {
+        if self.lines <= 2 * self.at.len().max(1000) {
             return Ok(false);
         }
-        let data = render(jobs)?;
-        write_atomic(&self.dir, LOG, &data)?;
-        self.log = open_append(&self.dir.join(LOG))?;
-        self.lines = live;
+        let path = self.dir.join(LOG);
+        let tmp = self.dir.join(format!(".{LOG}.tmp"));
+        let mut ids: Vec<JobId> = self.at.keys().copied().collect();
+        ids.sort_unstable();
+        let mut at = HashMap::with_capacity(ids.len());
+        let mut out = BufWriter::new(create_private(&tmp)?);
+        let mut buf = Vec::new();
+        let mut len = 0u64;
+        for id in ids {
+            let (off, n) = self.at[&id];
+            read_record(&self.reader, off, n, &mut buf)?;
+            out.write_all(&buf)?;
+            at.insert(id, (len, n));
+            len += u64::from(n);
+        }
+        let f = out.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+            .with_context(|| format!("renaming {} into place", tmp.display()))?;
+        File::open(&self.dir)?.sync_all()?;
+        self.log = open_append(&path)?;
+        self.reader = File::open(&path)?;
+        self.len = len;
+        self.lines = at.len();
+        self.at = at;
         Ok(true)
     }
 
@@ -150,13 +241,114 @@ impl<'a> From<&'a Job> for StoredJob<'a> {
     }
 }
 
-fn render<'a>(jobs: impl Iterator<Item = &'a Job>) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    for job in jobs {
-        serde_json::to_writer(&mut buf, &StoredJob::from(job))?;
-        buf.push(b'\n');
+/// What `rewrite` built.
+struct Rewritten {
+    jobs: BTreeMap<JobId, Job>,
+    ended: BTreeMap<JobId, Brief>,
+    names: Names,
+    at: HashMap<JobId, (u64, u32)>,
+}
+
+/// Copies each job's current record (`current`, found by `scan` in `source`)
+/// into a fresh `jobs.log` in `dir`, building the jobs one at a time: ended
+/// ones are kept in brief only.
+fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> Result<Rewritten> {
+    let mut r = Rewritten {
+        jobs: BTreeMap::new(),
+        ended: BTreeMap::new(),
+        names: Names::default(),
+        at: HashMap::with_capacity(current.len()),
+    };
+    let tmp = dir.join(format!(".{LOG}.tmp"));
+    let mut out = BufWriter::new(create_private(&tmp)?);
+    if !current.is_empty() {
+        let old = File::open(source).with_context(|| format!("reading {}", source.display()))?;
+        let mut buf = Vec::new();
+        let mut len = 0u64;
+        for (id, (off, n)) in current {
+            read_record(&old, *off, *n, &mut buf)?;
+            let job: Job =
+                serde_json::from_slice(&buf).with_context(|| format!("the record of job {id}"))?;
+            out.write_all(&buf)?;
+            r.at.insert(*id, (len, *n));
+            len += u64::from(*n);
+            if job.state.is_final() {
+                let user = r.names.get(&job.user);
+                r.ended.insert(*id, Brief::of(&job, user));
+            } else {
+                r.jobs.insert(*id, job);
+            }
+        }
     }
-    Ok(buf)
+    let f = out.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(LOG))
+        .with_context(|| format!("renaming {} into place", tmp.display()))?;
+    File::open(dir)?.sync_all()?;
+    Ok(r)
+}
+
+/// Where each job's last record is in the log at `path` (offset, length).
+/// Strict: a torn last line (a crash mid-append) is dropped, any other
+/// unreadable line is an error. Lenient (a damaged log): lines that are not
+/// whole job records are skipped.
+fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
+    let mut current = BTreeMap::new();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(current),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut r = BufReader::new(file);
+    let mut line = Vec::new();
+    let (mut off, mut n) = (0u64, 0usize);
+    loop {
+        line.clear();
+        let got = r.read_until(b'\n', &mut line)?;
+        if got == 0 {
+            break;
+        }
+        n += 1;
+        let start = off;
+        off += got as u64;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let torn = line.last() != Some(&b'\n');
+        let id = if lenient {
+            serde_json::from_slice::<Job>(&line).ok().map(|j| j.id)
+        } else {
+            serde_json::from_slice::<IdOnly>(&line).ok().map(|j| j.id)
+        };
+        match id {
+            Some(id) if !torn => {
+                current.insert(
+                    id,
+                    (start, u32::try_from(got).context("a record over 4 GiB")?),
+                );
+            }
+            _ if torn || lenient => {}
+            _ => anyhow::bail!("line {n}: not a job record"),
+        }
+    }
+    Ok(current)
+}
+
+/// Reads the record at `off` (`n` bytes, with its newline) into `buf`.
+fn read_record(f: &File, off: u64, n: u32, buf: &mut Vec<u8>) -> Result<()> {
+    buf.resize(n as usize, 0);
+    f.read_exact_at(buf, off)
+        .with_context(|| format!("reading a job record at byte {off} of the job log"))
+}
+
+fn create_private(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))
 }
 
 fn open_append(path: &Path) -> Result<File> {
@@ -168,56 +360,10 @@ fn open_append(path: &Path) -> Result<File> {
         .with_context(|| format!("opening {}", path.display()))
 }
 
-/// Reads the log. A torn last line (a crash mid-append) is dropped; any other
-/// unreadable line is an error.
-fn read_log(path: &Path) -> Result<BTreeMap<JobId, Job>> {
-    let mut jobs = BTreeMap::new();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(jobs),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let lines: Vec<String> = BufReader::new(file)
-        .lines()
-        .collect::<std::io::Result<_>>()?;
-    let last = lines.len().saturating_sub(1);
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Job>(line) {
-            Ok(job) => {
-                jobs.insert(job.id, job);
-            }
-            Err(_) if i == last => break,
-            Err(e) => anyhow::bail!("line {}: {e}", i + 1),
-        }
-    }
-    Ok(jobs)
-}
-
-fn read_log_lenient(path: &Path) -> BTreeMap<JobId, Job> {
-    let mut jobs = BTreeMap::new();
-    if let Ok(text) = std::fs::read_to_string(path) {
-        for line in text.lines() {
-            if let Ok(job) = serde_json::from_str::<Job>(line) {
-                jobs.insert(job.id, job);
-            }
-        }
-    }
-    jobs
-}
-
 /// Writes `name` in `dir` atomically: temp file, fsync, rename, fsync of the dir.
 pub fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
+    let mut f = create_private(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(name))
@@ -276,6 +422,65 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let dmode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
         assert_eq!(dmode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn ended_jobs_load_in_brief_and_read_back_whole_across_compactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::open(dir.path()).unwrap();
+        s.save([
+            &job(1, JobState::Pending),
+            &job(2, JobState::Pending),
+            &job(3, JobState::Pending),
+        ])
+        .unwrap();
+        let mut done = job_with(
+            JobState::Failed,
+            Outcome {
+                result: "exit-code".into(),
+                exit_status: Some(3),
+                detail: "exited 3".into(),
+                ..Default::default()
+            },
+        );
+        done.id = 1;
+        done.command.argv = vec!["/bin/sh".into(), "-c".into(), "exit 3".into()];
+        s.save([&done]).unwrap();
+        drop(s);
+        let (mut s, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+        let brief = &loaded.ended[&1];
+        assert_eq!((brief.state, brief.exit_code), (JobState::Failed, 3));
+        assert_eq!(&*brief.detail, "exited 3");
+        assert_eq!(&*brief.user, "u");
+        assert_eq!(s.read(1).unwrap(), done, "the whole record, read back");
+        // Enough records to compact: everything still reads back.
+        let mut two = job(2, JobState::Pending);
+        for i in 0..2001 {
+            two.name = format!("n{i}");
+            s.save([&two]).unwrap();
+        }
+        assert!(s.maybe_compact().unwrap());
+        assert_eq!(s.read(1).unwrap(), done);
+        assert_eq!(s.read(2).unwrap().name, "n2000");
+        assert_eq!(s.read(3).unwrap().id, 3);
+        // A forgotten (cleaned) job leaves at the next compaction.
+        s.forget(3);
+        assert!(s.read(3).is_err());
+        for _ in 0..2001 {
+            s.save([&two]).unwrap();
+        }
+        assert!(s.maybe_compact().unwrap());
+        drop(s);
+        let (s, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(loaded.ended.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(s.read(1).unwrap(), done);
+        let lines = std::fs::read_to_string(dir.path().join(LOG))
+            .unwrap()
+            .lines()
+            .count();
+        assert_eq!(lines, 2, "one record per live job after a compaction");
     }
 
     #[test]

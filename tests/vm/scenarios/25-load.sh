@@ -7,7 +7,10 @@
 # none started twice (one "Starting" journal entry of systemd per unit).
 # XLURM_LOAD_JOBS defaults to 180: the guest has 2 CPUs, so 2 jobs run at once; under
 # TCG that measured 0.87 jobs/s (240 jobs: all final after 275 s, then ~100 s to check
-# each job), so about 5 minutes; the rate is printed at the end.
+# each job), so about 5 minutes; the rate is printed at the end. Issue 7's full size,
+# `XLURM_LOAD_JOBS=1000 XLURM_VM_SCENARIO_TIMEOUT=2400 tests/vm/run 25`: 1002 jobs, 3 users,
+# 2 restarts, lost 0, duplicated 0, started twice 0, wrong 0; all final after 378 s
+# (2.65 jobs/s), 639 s in all under TCG (2026-11-30).
 # timeout: 480
 set -euo pipefail
 . "$XLURM_VM_LIB"
