@@ -760,7 +760,7 @@ async fn ended_jobs_kept_in_brief_still_answer_every_call() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(d.daemon.state.lock().await.ended.contains_key(&id));
+    assert!(d.daemon.state.lock().await.ended.contains(id));
     let intro = zbus::fdo::IntrospectableProxy::builder(&e.bus.connect().await.unwrap())
         .destination("org.xlurm.Scheduler1")
         .path(path.as_str())

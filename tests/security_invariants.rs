@@ -316,7 +316,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         );
     }
     // Nothing the caller sent named a property.
-    const ALLOWED: [&str; 26] = [
+    const ALLOWED: [&str; 27] = [
         "Description",
         "Slice",
         "Type",
@@ -328,6 +328,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         "StandardError",
         "LogExtraFields",
         "LogRateLimitIntervalUSec",
+        "LogRateLimitBurst",
         "RemainAfterExit",
         "KillMode",
         "SendSIGKILL",

@@ -56,7 +56,7 @@ pub struct JobSummary {
 
 /// A job's summary line.
 pub fn summary(job: &Job, reason: String) -> JobSummary {
-    summary_of(job.id, &Brief::of(job, job.user.as_str().into()), reason)
+    summary_of(job.id, &Brief::of(job, |s: &str| s.into()), reason)
 }
 
 /// The summary line of job `id`, in brief.

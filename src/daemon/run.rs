@@ -437,6 +437,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 for id in running {
                     d.reconcile(id).await;
                 }
+                // Memory freed by jobs retired since (see State::trim).
+                d.state.lock().await.trim();
                 if tick.is_multiple_of(12) {
                     d.clean().await;
                 }

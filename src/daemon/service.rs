@@ -4,10 +4,10 @@
 //! take the caller's uid as an argument so they can be tested without a bus.
 
 use super::error::{ApiError, ApiResult};
-use super::job::{Brief, Command, Job, JobState, Outcome};
+use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
 use super::outcome::classify;
 use super::spec::Spec;
-use super::store::{Loaded, Names, Store};
+use super::store::{Loaded, Store};
 use super::systemd::Systemd;
 use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
@@ -45,11 +45,13 @@ pub struct State {
     /// (while their D-Bus object lingers); see [`State::retire`].
     pub jobs: BTreeMap<JobId, Job>,
     /// Jobs that ended, in brief; their whole record is in the store.
-    pub ended: BTreeMap<JobId, Brief>,
-    names: Names,
+    pub ended: Ended,
+    strings: Strings,
     pub store: Store,
     pub next_id: JobId,
     pending_per_user: HashMap<u32, usize>,
+    /// Jobs retired since memory was last given back (see `State::trim`).
+    retired: usize,
 }
 
 /// A job found by ID: in full, or ended and kept in brief.
@@ -136,10 +138,11 @@ impl State {
             sched,
             jobs: loaded.jobs,
             ended: loaded.ended,
-            names: loaded.names,
+            strings: loaded.strings,
             store,
             next_id: loaded.next_id,
             pending_per_user,
+            retired: 0,
         }
     }
 
@@ -147,7 +150,7 @@ impl State {
     pub fn find(&self, id: JobId) -> Option<Found<'_>> {
         match self.jobs.get(&id) {
             Some(j) => Some(Found::Full(j)),
-            None => self.ended.get(&id).map(Found::Brief),
+            None => self.ended.get(id).map(Found::Brief),
         }
     }
 
@@ -156,20 +159,36 @@ impl State {
     pub fn full(&self, id: JobId) -> anyhow::Result<Option<std::borrow::Cow<'_, Job>>> {
         match self.jobs.get(&id) {
             Some(j) => Ok(Some(std::borrow::Cow::Borrowed(j))),
-            None if self.ended.contains_key(&id) => {
+            None if self.ended.contains(id) => {
                 Ok(Some(std::borrow::Cow::Owned(self.store.read(id)?)))
             }
             None => Ok(None),
         }
     }
 
+    /// After jobs were retired or cleaned: drops strings no record uses and
+    /// hands freed memory back to the system (glibc keeps it otherwise, so
+    /// a daemon that once held 100,000 pending jobs would stay that big).
+    pub fn trim(&mut self) {
+        if self.retired == 0 {
+            return;
+        }
+        self.retired = 0;
+        self.strings.prune();
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free heap pages to the kernel.
+        unsafe {
+            nix::libc::malloc_trim(0);
+        }
+    }
+
     /// Every job, newest (highest ID) first, in full or in brief.
     pub fn newest_first(&self) -> impl Iterator<Item = (JobId, Found<'_>)> {
         let mut full = self.jobs.iter().rev().peekable();
-        let mut brief = self.ended.iter().rev().peekable();
+        let mut brief = self.ended.iter_rev().peekable();
         std::iter::from_fn(move || {
             let take_full = match (full.peek(), brief.peek()) {
-                (Some((a, _)), Some((b, _))) => a > b,
+                (Some((a, _)), Some((b, _))) => **a > *b,
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
                 (None, None) => return None,
@@ -177,7 +196,7 @@ impl State {
             if take_full {
                 full.next().map(|(id, j)| (*id, Found::Full(j)))
             } else {
-                brief.next().map(|(id, b)| (*id, Found::Brief(b)))
+                brief.next().map(|(id, b)| (id, Found::Brief(b)))
             }
         })
     }
@@ -188,8 +207,9 @@ impl State {
             return;
         }
         if let Some(job) = self.jobs.remove(&id) {
-            let user = self.names.get(&job.user);
-            self.ended.insert(id, Brief::of(&job, user));
+            let brief = Brief::of(&job, |s| self.strings.get(s));
+            self.ended.insert(id, brief);
+            self.retired += 1;
         }
     }
 
@@ -979,20 +999,24 @@ impl Daemon {
         let State {
             store, jobs, ended, ..
         } = &mut *st;
+        let mut removed = 0;
         jobs.retain(|id, j| {
             let keep = !(j.state.is_final() && j.end_usec < cutoff);
             if !keep {
                 store.forget(*id);
+                removed += 1;
             }
             keep
         });
         ended.retain(|id, b| {
             let keep = b.end_usec >= cutoff;
             if !keep {
-                store.forget(*id);
+                store.forget(id);
+                removed += 1;
             }
             keep
         });
+        st.retired += removed;
         let old: Vec<JobId> = st
             .jobs
             .values()
@@ -1002,6 +1026,7 @@ impl Daemon {
         for id in old {
             st.retire(id);
         }
+        st.trim();
         let next = st.next_id;
         if st.store.save_next_id(next).is_ok() {
             if let Err(e) = st.store.maybe_compact() {

@@ -11,15 +11,14 @@
 //! never overwritten: the file is kept aside as `jobs.log.corrupt-<time>` and
 //! reported.
 
-use super::job::{Brief, Job};
+use super::job::{Brief, Ended, Job, Strings};
 use crate::core::JobId;
 use anyhow::{Context, Result};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 pub struct Store {
     dir: PathBuf,
@@ -35,28 +34,13 @@ pub struct Store {
     at: HashMap<JobId, (u64, u32)>,
 }
 
-/// User names, shared between the brief records of a user's jobs.
-#[derive(Default)]
-pub struct Names(HashSet<Arc<str>>);
-
-impl Names {
-    pub fn get(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.0.get(name) {
-            return n.clone();
-        }
-        let n: Arc<str> = name.into();
-        self.0.insert(n.clone());
-        n
-    }
-}
-
 /// What was found on disk at start.
 pub struct Loaded {
     /// Pending and running jobs.
     pub jobs: BTreeMap<JobId, Job>,
     /// Jobs that ended, in brief.
-    pub ended: BTreeMap<JobId, Brief>,
-    pub names: Names,
+    pub ended: Ended,
+    pub strings: Strings,
     pub next_id: JobId,
     /// Set when a damaged log was kept aside.
     pub warning: Option<String>,
@@ -101,7 +85,7 @@ impl Store {
         let Rewritten {
             jobs,
             ended,
-            names,
+            strings,
             at,
         } = loaded;
         let stored_next = std::fs::read_to_string(dir.join(NEXT))
@@ -124,7 +108,7 @@ impl Store {
             Loaded {
                 jobs,
                 ended,
-                names,
+                strings,
                 next_id,
                 warning,
             },
@@ -244,8 +228,8 @@ impl<'a> From<&'a Job> for StoredJob<'a> {
 /// What `rewrite` built.
 struct Rewritten {
     jobs: BTreeMap<JobId, Job>,
-    ended: BTreeMap<JobId, Brief>,
-    names: Names,
+    ended: Ended,
+    strings: Strings,
     at: HashMap<JobId, (u64, u32)>,
 }
 
@@ -255,8 +239,8 @@ struct Rewritten {
 fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> Result<Rewritten> {
     let mut r = Rewritten {
         jobs: BTreeMap::new(),
-        ended: BTreeMap::new(),
-        names: Names::default(),
+        ended: Ended::default(),
+        strings: Strings::default(),
         at: HashMap::with_capacity(current.len()),
     };
     let tmp = dir.join(format!(".{LOG}.tmp"));
@@ -273,8 +257,8 @@ fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> 
             r.at.insert(*id, (len, *n));
             len += u64::from(*n);
             if job.state.is_final() {
-                let user = r.names.get(&job.user);
-                r.ended.insert(*id, Brief::of(&job, user));
+                let brief = Brief::of(&job, |s| r.strings.get(s));
+                r.ended.insert(*id, brief);
             } else {
                 r.jobs.insert(*id, job);
             }
@@ -449,7 +433,7 @@ mod tests {
         drop(s);
         let (mut s, loaded) = Store::open(dir.path()).unwrap();
         assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
-        let brief = &loaded.ended[&1];
+        let brief = loaded.ended.get(1).unwrap();
         assert_eq!((brief.state, brief.exit_code), (JobState::Failed, 3));
         assert_eq!(&*brief.detail, "exited 3");
         assert_eq!(&*brief.user, "u");
@@ -474,7 +458,7 @@ mod tests {
         drop(s);
         let (s, loaded) = Store::open(dir.path()).unwrap();
         assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![2]);
-        assert_eq!(loaded.ended.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(loaded.ended.ids().collect::<Vec<_>>(), vec![1]);
         assert_eq!(s.read(1).unwrap(), done);
         let lines = std::fs::read_to_string(dir.path().join(LOG))
             .unwrap()

@@ -165,7 +165,12 @@ pub fn properties(
             "LogExtraFields",
             Variant::from(vec![format!("XLURM_JOB_ID={}", job.id).into_bytes()]),
         ),
-        ("LogRateLimitIntervalUSec", Variant::from(0u64)),
+        // journald's rate limit for the job's output. 0 would mean journald's
+        // default, 10,000 lines per 30 s (scaled down as the journal fills up),
+        // which dropped most of a chatty job's output (VM 28). Allow 100,000
+        // lines a second; past that journald logs how many it suppressed.
+        ("LogRateLimitIntervalUSec", Variant::from(1_000_000u64)),
+        ("LogRateLimitBurst", Variant::from(100_000u32)),
         ("RemainAfterExit", Variant::from(true)),
         ("KillMode", Variant::from("control-group")),
         ("SendSIGKILL", Variant::from(true)),
@@ -274,6 +279,12 @@ mod tests {
         assert_eq!(get(&p, "DeviceAllow"), &Variant::from(dev.clone()));
         assert_eq!(get(&p, "User"), &Variant::from("alice"));
         assert_eq!(get(&p, "NoNewPrivileges"), &Variant::from(true));
+        // A chatty job's output is not dropped by journald's default rate limit.
+        assert_eq!(
+            get(&p, "LogRateLimitIntervalUSec"),
+            &Variant::from(1_000_000u64)
+        );
+        assert_eq!(get(&p, "LogRateLimitBurst"), &Variant::from(100_000u32));
         assert_eq!(get(&p, "Type"), &Variant::from("exec"));
         assert_eq!(
             get(&p, "RuntimeMaxUSec"),

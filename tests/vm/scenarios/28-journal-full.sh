@@ -39,6 +39,11 @@ assert_eq 0 "$rc" "xlurm log exit status"
 kept=$(grep -c '^big ' /tmp/xlurm-28.out || true)
 note "lines left in the journal: $kept of 30000; stderr: $(cat /tmp/xlurm-28.err)"
 [ "$kept" -lt 30000 ] || fail "all 30000 lines are still in the journal: SystemMaxUse=4M did not rotate (journald.conf.d not read?)"
+if ! tail -n 1 /tmp/xlurm-28.out | grep -q last-line; then
+    for m in 'MESSAGE=last-line' "MESSAGE=big 30000 $pad"; do
+        journalctl -o json --no-pager "$m" | tr ',' '\n' | grep -E '"(_PID|_SYSTEMD_UNIT|_SYSTEMD_INVOCATION_ID|XLURM_JOB_ID|_UID|__REALTIME_TIMESTAMP|_SYSTEMD_USER_UNIT|_TRANSPORT|_STREAM_ID)"' | sed "s/^/   $m: /" | cut -c1-160 || true
+    done
+fi
 assert_contains "$(tail -n 1 /tmp/xlurm-28.out)" "last-line" "the end of the output is there"
 assert_contains "$(cat /tmp/xlurm-28.err)" "no longer in the journal" "xlurm log says output is missing"
 assert_contains "$(cat /tmp/xlurm-28.err)" "SystemMaxUse=" "and names the setting"
