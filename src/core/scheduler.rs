@@ -174,6 +174,12 @@ impl Scheduler {
         &self.books.free
     }
 
+    /// Gives back the room its tables kept after a big queue drained.
+    pub fn shrink(&mut self) {
+        self.pending.shrink_to_fit();
+        self.running.shrink_to_fit();
+    }
+
     pub fn pending_count(&self) -> usize {
         self.queue.len()
     }

@@ -317,6 +317,13 @@ impl Ended {
         self.0.len()
     }
 
+    /// Gives back spare room once it is more than a quarter.
+    pub fn shrink(&mut self) {
+        if self.0.capacity() > self.0.len() + self.0.len() / 4 {
+            self.0.shrink_to_fit();
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -58,8 +58,6 @@ pub struct Source {
     /// The job's owner (its processes' `_UID`).
     pub uid: u32,
     pub unit: String,
-    /// The unit's invocation, once known (hex, 32 digits).
-    pub invocation_id: String,
     /// When the job started, microseconds since the epoch: older entries of a
     /// unit with the same name (job IDs restart after a purge) are not its own.
     pub start_usec: u64,
@@ -88,11 +86,10 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
         }
     ));
     cmd.arg(format!("XLURM_JOB_ID={id}"));
-    // In a user's own journal, user units' entries carry the user manager's
-    // invocation, not the job's: match the job by unit, ID and time there.
-    if !src.invocation_id.is_empty() && !user_mode {
-        cmd.arg(format!("_SYSTEMD_INVOCATION_ID={}", src.invocation_id));
-    }
+    // Not _SYSTEMD_INVOCATION_ID: journald finds it through the writing
+    // process's cgroup, so lines written just before the job exits often lack
+    // it (VM 28 lost a job's last line so). The unit, the job ID (stream
+    // metadata, on every line) and the start time identify the job.
     // journalctl takes either --since or --after-cursor.
     if src.start_usec > 0 && cursor.is_empty() {
         cmd.arg(format!(

@@ -175,6 +175,8 @@ impl State {
         }
         self.retired = 0;
         self.strings.prune();
+        self.ended.shrink();
+        self.sched.shrink();
         #[cfg(target_env = "gnu")]
         // SAFETY: malloc_trim only returns free heap pages to the kernel.
         unsafe {
@@ -520,7 +522,6 @@ impl Daemon {
             id: job.id,
             uid: job.uid,
             unit: job.unit(),
-            invocation_id: job.invocation_id.clone(),
             start_usec: job.start_usec,
             user_mode: self.settings.unit.user_mode,
             journalctl: self.settings.journalctl.clone(),

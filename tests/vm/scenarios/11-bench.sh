@@ -50,5 +50,14 @@ t2=$(date +%s%N)
 direct=$(journalctl -q --no-pager -o cat -u "xlurm-job-$id.service" | grep -c '^chatty ' || true)
 t3=$(date +%s%N)
 f_ms=$(ms "$t0" "$t1"); j_ms=$(ms "$t2" "$t3")
+# When journald stored the first and the last line: its own ingestion rate, and how
+# long after the last line was stored xlurm log -f had printed it (does it keep up?).
+ts() { journalctl -q --no-pager -o json -u "xlurm-job-$id.service" "MESSAGE=$1" | grep -o '"__REALTIME_TIMESTAMP":"[0-9]*"' | head -1 | cut -d'"' -f4; }
+first_us=$(ts "chatty 1"); last_us=$(ts "chatty 20000")
+if [ -n "$first_us" ] && [ -n "$last_us" ]; then
+    ingest_ms=$(( (last_us - first_us) / 1000 ))
+    lag_ms=$(( t1 / 1000000 - last_us / 1000 ))
+    note "journald stored the 20000 lines over ${ingest_ms} ms ($(awk "BEGIN {printf \"%.0f\", 20000000 / ($ingest_ms + 1)}") lines/s under TCG); xlurm log -f had printed the last one ${lag_ms} ms after journald stored it"
+fi
 note "xlurm log -f (job start to last line, through xlurmd): 20000 lines in ${f_ms} ms = $(awk "BEGIN {printf \"%.0f\", 20000000 / ($f_ms + 1)}") lines/s; journalctl -u alone, after the fact: $direct lines in ${j_ms} ms = $(awk "BEGIN {printf \"%.0f\", $direct * 1000 / ($j_ms + 1)}") lines/s (TCG; natively: cargo bench --bench log_follow)"
 rm -f /tmp/xlurm-11-follow.txt
