@@ -221,12 +221,21 @@ async fn main() {
         t.await.unwrap();
     }
     // Objects linger 1 s here, then jobs are kept in brief; the 5 s tick
-    // hands freed memory back.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // hands freed memory back. Measure once RSS has settled (30 s at most).
+    let mut rss = rss_mib(child.id());
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = rss_mib(child.id());
+        let settled = now > rss * 0.98;
+        rss = now;
+        if settled {
+            break;
+        }
+    }
     println!(
         "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB)",
         ids.len(),
-        rss_mib(child.id())
+        rss
     );
     let _ = child.kill();
     let _ = child.wait();
