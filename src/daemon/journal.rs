@@ -2,11 +2,31 @@
 //!
 //! Job output goes to the journal (`StandardOutput=journal`) tagged with
 //! `XLURM_JOB_ID=<id>` (`LogExtraFields`). Owners need no journal group: the
-//! daemon (root) reads the entries with `journalctl --output=json` (one JSON
-//! object per entry: structured, not text scraping) and hands them over in
-//! pages, resuming from the journal cursor the previous page ended at.
+//! daemon (root) reads the entries and hands them over in pages, resuming from
+//! the journal cursor the previous page ended at. It reads in-process through
+//! libsystemd (`sd_journal`) when the configured program is the plain
+//! `journalctl` and libsystemd loads; otherwise (the `--user` daemon, tests
+//! with a double) it runs that program with `--output=json` (one JSON object
+//! per entry: structured, not text scraping).
 
+use super::sd_journal::{self, Journal};
 use anyhow::{Context, Result};
+
+/// The program name that means "the system's journalctl" (and allows reading
+/// in-process instead).
+pub const JOURNALCTL: &str = "journalctl";
+
+/// Whether to read in-process rather than run `journalctl`.
+fn native(journalctl: &str, user_mode: bool) -> bool {
+    journalctl == JOURNALCTL && !user_mode && sd_journal::available()
+}
+
+/// Runs `f` on a blocking thread (sd-journal calls block on file I/O).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .context("the journal reader thread failed")?
+}
 
 /// One page of a job's output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,6 +89,10 @@ pub struct Source {
 
 /// Reads up to `max` entries of a job's output after `cursor` (from the start if empty).
 pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
+    if native(&src.journalctl, src.user_mode) {
+        let (src, cursor) = (src.clone(), cursor.to_string());
+        return blocking(move || read_native(&src, &cursor, max)).await;
+    }
     let (id, unit, user_mode) = (src.id, src.unit.as_str(), src.user_mode);
     let mut cmd = tokio::process::Command::new(&src.journalctl);
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
@@ -124,9 +148,65 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     Ok(parse(&kept.join("\n"), cursor))
 }
 
-/// Waits until journald has stored everything sent to it so far
-/// (`journalctl --sync`, root only).
+/// `read`, in-process.
+fn read_native(src: &Source, cursor: &str, max: u32) -> Result<Page> {
+    let mut j = Journal::open()?;
+    j.add_match(&format!("_SYSTEMD_UNIT={}", src.unit))?;
+    j.add_match(&format!("XLURM_JOB_ID={}", src.id))?;
+    if cursor.is_empty() {
+        j.seek_realtime(src.start_usec.saturating_sub(1_000_000))?;
+    } else {
+        j.seek_after(cursor)?;
+    }
+    let mut page = Page {
+        lines: Vec::new(),
+        cursor: cursor.to_string(),
+    };
+    while page.lines.len() < max as usize && j.step()? {
+        if let Some(m) = j.data("MESSAGE")? {
+            page.lines.push(String::from_utf8_lossy(&m).into_owned());
+        }
+        page.cursor = j.cursor()?;
+    }
+    Ok(page)
+}
+
+/// Asks journald to store everything sent to it so far and waits until it
+/// has: `io.systemd.Journal.Synchronize` on its varlink socket, as
+/// `journalctl --sync` does.
+fn sync_varlink() -> Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect("/run/systemd/journal/io.systemd.journal")
+        .context("connecting to journald's varlink socket")?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    s.write_all(b"{\"method\":\"io.systemd.Journal.Synchronize\",\"parameters\":{}}\0")?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 512];
+    while !reply.contains(&0) {
+        let n = s.read(&mut buf).context("reading journald's reply")?;
+        if n == 0 {
+            anyhow::bail!("journald closed the varlink connection");
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let end = reply.iter().position(|b| *b == 0).unwrap_or(reply.len());
+    let v: serde_json::Value =
+        serde_json::from_slice(&reply[..end]).context("journald's varlink reply")?;
+    if let Some(e) = v.get("error") {
+        anyhow::bail!("journald refused to synchronize: {e}");
+    }
+    Ok(())
+}
+
+/// Waits until journald has stored everything sent to it so far (root only):
+/// over varlink, else with `journalctl --sync`.
 pub async fn sync(journalctl: &str) -> Result<()> {
+    if journalctl == JOURNALCTL {
+        match blocking(sync_varlink).await {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::debug!("journal sync over varlink: {e:#}; running journalctl --sync"),
+        }
+    }
     let out = tokio::process::Command::new(journalctl)
         .arg("--sync")
         .stdin(std::process::Stdio::null())
@@ -150,6 +230,19 @@ pub async fn sync(journalctl: &str) -> Result<()> {
 /// this is gone. (For root, whose entries share the system files with boot
 /// messages, this finds rotation less often: it may under-report, never over.)
 pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<u64> {
+    if native(journalctl, user_mode) {
+        return blocking(move || {
+            let mut j = Journal::open()?;
+            j.add_match(&format!("_UID={uid}"))?;
+            j.seek_head()?;
+            if j.step()? {
+                j.realtime()
+            } else {
+                Ok(0)
+            }
+        })
+        .await;
+    }
     let mut cmd = tokio::process::Command::new(journalctl);
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
     if user_mode {
@@ -192,6 +285,19 @@ pub async fn unit_started(
     since_usec: u64,
     user_mode: bool,
 ) -> Result<bool> {
+    if native(journalctl, user_mode) {
+        let unit = unit.to_string();
+        return blocking(move || {
+            let mut j = Journal::open()?;
+            j.add_match(&format!("UNIT={unit}"))?;
+            j.add_match(UNIT_STARTING)?;
+            j.or()?;
+            j.add_match(&format!("_SYSTEMD_UNIT={unit}"))?;
+            j.seek_realtime(since_usec.saturating_sub(1_000_000))?;
+            j.step()
+        })
+        .await;
+    }
     let mut cmd = tokio::process::Command::new(journalctl);
     cmd.args(["--output=json", "--no-pager", "--quiet", "--lines=1"]);
     if user_mode {

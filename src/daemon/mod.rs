@@ -9,6 +9,7 @@ pub mod options;
 pub mod outcome;
 pub mod output;
 pub mod run;
+pub mod sd_journal;
 pub mod service;
 pub mod spec;
 pub mod store;

@@ -223,7 +223,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
         max_pending_per_user: o.max_pending_per_user,
         retention_secs,
         list_is_public: o.list_is_public,
-        journalctl: "journalctl".into(),
+        journalctl: super::journal::JOURNALCTL.into(),
     };
     let served = serve(&conn, config).await?;
     let daemon = served.daemon.clone();

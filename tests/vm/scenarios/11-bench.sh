@@ -1,7 +1,8 @@
 #!/bin/bash
 # Benchmark figures on real systemd (printed, not asserted: TCG timings vary):
 # submit-to-finish latency of xrun vs a bare `systemd-run --wait`, and
-# sustained job starts through SubmitMany vs bare transient units.
+# sustained job starts through SubmitMany vs bare transient units at the same
+# concurrency, and xlurm log -f of a chatty job vs journald itself.
 # timeout: 300
 set -euo pipefail
 . "$XLURM_VM_LIB"
@@ -21,21 +22,24 @@ done
 b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
 note "bare systemd-run --wait: ${b} ms; xrun: ${m} ms; ratio $(awk "BEGIN {printf \"%.2f\", $m / $b}")x (goal <= 1.5x)"
 
-check "sustained starts: 30 transient units vs 30 jobs in one SubmitMany"
+check "sustained starts, same concurrency: 30 units run 2 at a time by hand vs 30 jobs on 2 CPUs"
+# The guest has 2 CPUs, so xlurm runs 2 one-CPU jobs at a time; the bare side gets
+# the same: 2 lanes of systemd-run --wait, 15 units each. Both until all 30 ended.
 n=30
+lane() { for i in $(seq $((n / 2))); do systemd-run --wait -q -p User=alice /bin/true; done; }
 t0=$(date +%s%N)
-for i in $(seq $n); do systemd-run --no-block -q --unit "bench-bare-$i" -p User=alice /bin/true; done
+lane & l1=$!; lane & l2=$!
+wait "$l1" "$l2"
 t1=$(date +%s%N)
 bare_ms=$(ms "$t0" "$t1")
 args=()
 for i in $(seq $n); do args+=(2 argv as 1 /bin/true cwd s /home/alice); done
 t0=$(date +%s%N)
 as_user alice busctl call org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1 SubmitMany 'aa{sv}' $n "${args[@]}" >/dev/null
-wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1 && \$4==\"PENDING\"' | wc -l) -eq 0 ]" 120 0.05
+wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1' | wc -l) -eq 0 ]" 240 0.05
 t1=$(date +%s%N)
 x_ms=$(ms "$t0" "$t1")
-note "bare: $n starts in ${bare_ms} ms; xlurm (2 guest CPUs: 2 jobs at a time, each harvested before the next starts): $n starts in ${x_ms} ms; ratio $(awk "BEGIN {printf \"%.2f\", $bare_ms / $x_ms}")x (goal >= 0.9x)"
-wait_for "[ \$(as_user alice xqueue --mine | awk 'NR>1' | wc -l) -eq 0 ]" 120
+note "bare (2 lanes of systemd-run --wait): $n units in ${bare_ms} ms; xlurm (SubmitMany, 2 at a time, each harvested): $n jobs in ${x_ms} ms; ratio $(awk "BEGIN {printf \"%.2f\", $bare_ms / $x_ms}")x (goal >= 0.9x)"
 
 check "xlurm log -f of a chatty job on real journald: 20,000 lines, all once and in order"
 out=$(as_user alice xbatch -g 0 --wrap 'seq -f "chatty %g" 1 20000' 2>&1)

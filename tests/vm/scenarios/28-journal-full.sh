@@ -45,6 +45,12 @@ if ! tail -n 1 /tmp/xlurm-28.out | grep -q last-line; then
     done
 fi
 assert_contains "$(tail -n 1 /tmp/xlurm-28.out)" "last-line" "the end of the output is there"
+if ! grep -q "no longer in the journal" /tmp/xlurm-28.err; then
+    uid=$(id -u alice)
+    note "job start: $(xlurm queue "$id" --json | grep -o '"start_time": [0-9]*')"
+    note "oldest _UID=$uid entry: $(journalctl -o json --no-pager _UID="$uid" | head -1 | tr ',' '\n' | grep -E '__REALTIME_TIMESTAMP|MESSAGE"|_SYSTEMD_UNIT|_PID' | tr '\n' ' ' | cut -c1-300)"
+    ls -la /var/log/journal/*/ | sed 's/^/   /'
+fi
 assert_contains "$(cat /tmp/xlurm-28.err)" "no longer in the journal" "xlurm log says output is missing"
 assert_contains "$(cat /tmp/xlurm-28.err)" "SystemMaxUse=" "and names the setting"
 rm -f /tmp/xlurm-28.out /tmp/xlurm-28.err
