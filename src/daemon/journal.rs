@@ -204,7 +204,9 @@ pub async fn sync(journalctl: &str) -> Result<()> {
     if journalctl == JOURNALCTL {
         match blocking(sync_varlink).await {
             Ok(()) => return Ok(()),
-            Err(e) => tracing::debug!("journal sync over varlink: {e:#}; running journalctl --sync"),
+            Err(e) => {
+                tracing::debug!("journal sync over varlink: {e:#}; running journalctl --sync")
+            }
         }
     }
     let out = tokio::process::Command::new(journalctl)

@@ -147,7 +147,9 @@ impl Journal {
 
     pub fn seek_head(&mut self) -> Result<()> {
         // SAFETY: `j` is open.
-        check("sd_journal_seek_head", unsafe { (self.lib.seek_head)(self.j) })?;
+        check("sd_journal_seek_head", unsafe {
+            (self.lib.seek_head)(self.j)
+        })?;
         Ok(())
     }
 

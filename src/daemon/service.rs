@@ -507,7 +507,11 @@ impl Daemon {
             // The first page: has journald rotated the job's first lines away?
             match super::journal::oldest_usec(&src.journalctl, src.uid, src.user_mode).await {
                 Ok(oldest) if oldest > src.start_usec => out.missing_before = oldest,
-                Ok(_) => {}
+                Ok(oldest) => tracing::debug!(
+                    job = id,
+                    "job {id}: the journal's oldest entry of uid {} is from {oldest}, before the job",
+                    src.uid
+                ),
                 Err(e) => tracing::warn!(job = id, "job {id}: reading the journal's head: {e:#}"),
             }
         }
