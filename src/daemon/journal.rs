@@ -109,7 +109,12 @@ pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
             "_SYSTEMD_UNIT"
         }
     ));
-    cmd.arg(format!("XLURM_JOB_ID={id}"));
+    // LogExtraFields (XLURM_JOB_ID) reach journald only for the system
+    // manager's units (it reads them from /run/systemd/units/): a user
+    // manager's job is found by its unit and start time alone.
+    if !user_mode {
+        cmd.arg(format!("XLURM_JOB_ID={id}"));
+    }
     // Not _SYSTEMD_INVOCATION_ID: journald finds it through the writing
     // process's cgroup, so lines written just before the job exits often lack
     // it (VM 28 lost a job's last line so). The unit, the job ID (stream

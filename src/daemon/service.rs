@@ -494,13 +494,24 @@ impl Daemon {
                 .map_err(|e| ApiError::Failed(format!("reading the journal: {e:#}")))
         };
         let mut page = read(&src).await?;
-        if page.lines.is_empty() && state.is_final() && !src.user_mode {
+        if page.lines.is_empty() && state.is_final() {
             // The job ended, but journald may still be storing what it printed
             // last (it lags under load): `journalctl --sync` returns once all
-            // that was sent before it is stored. Then look once more.
-            match super::journal::sync(&src.journalctl).await {
-                Ok(()) => page = read(&src).await?,
-                Err(e) => tracing::warn!(job = id, "job {id}: journalctl --sync: {e:#}"),
+            // that was sent before it is stored. Then look once more. A --user
+            // daemon may not ask journald to sync: it looks again for a second.
+            if src.user_mode {
+                for _ in 0..10 {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    page = read(&src).await?;
+                    if !page.lines.is_empty() {
+                        break;
+                    }
+                }
+            } else {
+                match super::journal::sync(&src.journalctl).await {
+                    Ok(()) => page = read(&src).await?,
+                    Err(e) => tracing::warn!(job = id, "job {id}: journalctl --sync: {e:#}"),
+                }
             }
         }
         if cursor.is_empty() && (!page.lines.is_empty() || state.is_final()) {

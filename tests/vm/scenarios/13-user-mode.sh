@@ -24,8 +24,13 @@ wait_for "ua busctl --user status org.xlurm.Scheduler1 >/dev/null 2>&1" 60
 rc=0; out=$(ua xlurm --user run -g 0 bash -c 'echo user-mode-$XLURM_JOB_ID; exit 4' 2>&1) || rc=$?
 echo "$out"
 assert_eq 4 "$rc" "exit code through the user manager"
-# Known gap: xlurm log / xrun output in --user mode (journalctl --user finds no
-# entries for the job yet); the job's output is in the journal all the same.
 assert_contains "$(ua xlurm --user queue --all)" "FAILED"
 wait_for "journalctl _UID=$uid -o cat --no-pager | grep -q user-mode-1" 30
+check "xrun and xlurm log show a --user job's output (read with journalctl --user)"
+if ! grep -q "^user-mode-1$" <<<"$out"; then
+    journalctl -o json --no-pager _UID="$uid" MESSAGE=user-mode-1 | tr ',' '\n' | grep -E '"(_SYSTEMD_USER_UNIT|_SYSTEMD_UNIT|XLURM_JOB_ID|__REALTIME_TIMESTAMP|_TRANSPORT)"' | sed 's/^/   entry: /' || true
+    ua journalctl --user -o cat --no-pager _SYSTEMD_USER_UNIT=xlurm-job-1.service 2>&1 | head -3 | sed 's/^/   journalctl --user: /' || true
+fi
+assert_contains "$out" "user-mode-1" "xrun printed the job's output"
+assert_contains "$(ua xlurm --user log 1 2>&1)" "user-mode-1" "xlurm log"
 assert_contains "$(cat /tmp/xlurmd-user.log)" "ready on the session bus"
