@@ -101,6 +101,8 @@ pub struct Daemon {
     launching: std::sync::Mutex<std::collections::HashSet<JobId>>,
     /// Set (under the state lock) when the daemon is stopping: no new launches.
     stopping: std::sync::atomic::AtomicBool,
+    /// Jobs whose unit is being read, and whether to read it once more after.
+    reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
 }
 
 /// A page of a job's output (see `Daemon::read_log`).
@@ -281,6 +283,7 @@ impl Daemon {
             outputs: Mutex::new(HashMap::new()),
             launching: std::sync::Mutex::new(std::collections::HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            reconciling: std::sync::Mutex::new(HashMap::new()),
         });
         (d, rx)
     }
@@ -786,7 +789,37 @@ impl Daemon {
     }
 
     /// Reads job `id`'s unit and records its end if it finished.
+    /// A unit's end arrives as several signals at once: calls for a job whose
+    /// unit is being read already are folded into one more read after it, so
+    /// systemd is asked once or twice, not once per signal.
     pub async fn reconcile(&self, id: JobId) {
+        {
+            let Ok(mut r) = self.reconciling.lock() else {
+                return;
+            };
+            if let Some(again) = r.get_mut(&id) {
+                *again = true;
+                return;
+            }
+            r.insert(id, false);
+        }
+        loop {
+            // Boxed: reconcile -> restart_lost -> launch -> reconcile.
+            Box::pin(self.reconcile_once(id)).await;
+            let Ok(mut r) = self.reconciling.lock() else {
+                return;
+            };
+            match r.get_mut(&id) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    r.remove(&id);
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn reconcile_once(&self, id: JobId) {
         if self.is_launching(id) {
             return;
         }
