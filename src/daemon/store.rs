@@ -129,10 +129,17 @@ impl Store {
         if placed.is_empty() {
             return Ok(());
         }
-        self.log
+        let written = self
+            .log
             .write_all(&buf)
-            .context("appending to the job log")?;
-        self.log.sync_data().context("syncing the job log")?;
+            .context("appending to the job log")
+            .and_then(|()| self.log.sync_data().context("syncing the job log"));
+        if let Err(e) = written {
+            // A full disk can leave part of the records behind: cut the log
+            // back, so it stays whole and the offsets of later records right.
+            let _ = self.log.set_len(self.len);
+            return Err(e);
+        }
         self.len += buf.len() as u64;
         self.lines += placed.len();
         for (id, off, n) in placed {

@@ -36,3 +36,15 @@ check "with room again, submissions work"
 rm -f /var/lib/xlurm/fill
 assert_ok as_user alice xrun -g 0 /bin/true
 systemctl is-active -q xlurmd || fail "xlurmd died"
+
+check "the job log stayed whole: a restart reads it without finding damage, ended jobs still answer"
+# A write cut short by the full disk must not leave half a record in the log
+# (store.rs save() cuts it back), or the next start would keep the log aside as damaged.
+first=$(xlurm queue --all --json | grep -o '"id": [0-9]*' | head -1 | awk '{print $2}')
+systemctl restart xlurmd
+if ls /var/lib/xlurm | grep -q corrupt; then
+    fail "xlurmd found its job log damaged after the disk-full episode: $(ls /var/lib/xlurm)"
+fi
+assert_contains "$(xlurm queue "$first" --json)" "\"id\": $first" "GetJob of an ended job after the restart"
+assert_ok as_user alice xrun -g 0 /bin/true
+note "ok"
