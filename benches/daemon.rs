@@ -57,6 +57,15 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
     }
 }
 
+/// The IDs of every job `filter` matches, read (and decoded whole) the way
+/// `xqueue` reads them.
+async fn list_all(c: &SchedulerProxy<'_>, filter: Dict) -> Vec<u64> {
+    let fd = c.list_jobs_by_file_descriptor(filter).await.unwrap();
+    let listing = xlurm::daemon::listing::read_fd(fd.into()).unwrap();
+    let lines = listing.lines().unwrap();
+    lines.iter().map(|l| l.id).collect()
+}
+
 async fn run_daemon(address: &str, state: &str) {
     let conn = zbus::connection::Builder::address(address)
         .build()
@@ -150,13 +159,36 @@ async fn main() {
     let mut times = Vec::new();
     for _ in 0..5 {
         let t0 = Instant::now();
-        let jobs = c.list_jobs(filter.clone()).await.unwrap();
+        let jobs = list_all(&c, filter.clone()).await;
         times.push(t0.elapsed());
         assert!(jobs.len() >= 100_000);
     }
     times.sort();
     println!(
-        "listing 100,000+ jobs (median of 5):           {:>8.1} ms (goal < 100 ms)",
+        "listing 100,000+ jobs (xqueue's way, by descriptor, median of 5): {:>6.1} ms (goal < 100 ms)",
+        times[2].as_secs_f64() * 1e3
+    );
+    // The same through ListJobs' D-Bus arrays, page by page (8 MiB each).
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let mut f = filter.clone();
+        let mut n = 0;
+        loop {
+            let (jobs, more) = c.list_jobs(f.clone()).await.unwrap();
+            n += jobs.len();
+            if !more {
+                break;
+            }
+            let (k, v) = entry("before", jobs[0].id);
+            f.insert(k, v);
+        }
+        times.push(t0.elapsed());
+        assert!(n >= 100_000);
+    }
+    times.sort();
+    println!(
+        "  (the same as ListJobs pages of D-Bus arrays through dbus-daemon: {:>6.1} ms)",
         times[2].as_secs_f64() * 1e3
     );
 
@@ -198,13 +230,7 @@ async fn main() {
         rss_mib(child.id())
     );
     // Finish them all (cancel: the quickest way through), then measure again.
-    let ids: Vec<u64> = c
-        .list_jobs(HashMap::from([entry("all_users", true)]))
-        .await
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
+    let ids: Vec<u64> = list_all(&c, HashMap::from([entry("all_users", true)])).await;
     let mut tasks = Vec::new();
     for chunk in ids.chunks(ids.len().div_ceil(8).max(1)) {
         let chunk = chunk.to_vec();
@@ -255,14 +281,12 @@ async fn main() {
     }
     let started = t0.elapsed();
     let c = SchedulerProxy::new(&conn).await.unwrap();
-    let n = c
-        .list_jobs(HashMap::from([
-            entry("all_users", true),
-            entry("finished", true),
-        ]))
-        .await
-        .unwrap()
-        .len();
+    let n = list_all(
+        &c,
+        HashMap::from([entry("all_users", true), entry("finished", true)]),
+    )
+    .await
+    .len();
     println!(
         "restart with {n} finished jobs: ready in {:>6.2} s, RSS {:>8.1} MiB (goal < 64 MiB)",
         started.as_secs_f64(),

@@ -208,7 +208,7 @@ async fn bad_input_gets_named_errors_and_queues_nothing() {
     assert!(error_name(c.submit_many(bad_batch).await.unwrap_err()).contains("job 2:"));
     let all = HashMap::from([entry("all_users", true), entry("finished", true)]);
     assert!(
-        c.list_jobs(all.clone()).await.unwrap().is_empty(),
+        c.list_jobs(all.clone()).await.unwrap().0.is_empty(),
         "nothing queued"
     );
     assert!(error_name(c.get_job(999).await.unwrap_err()).contains("NoSuchJob"));
@@ -223,7 +223,31 @@ async fn bad_input_gets_named_errors_and_queues_nothing() {
         .unwrap();
     assert_eq!(ids.len(), 4);
     // The daemon still serves after all that.
-    assert_eq!(c.list_jobs(all).await.unwrap().len(), 4);
+    let (listed, more) = c.list_jobs(all.clone()).await.unwrap();
+    assert_eq!((listed.len(), more), (4, false));
+    // Paging: the newest two, then the two before them; the descriptor holds all four.
+    let mut page = all.clone();
+    let (k, v) = entry("limit", 2u32);
+    page.insert(k, v);
+    let (newest, more) = c.list_jobs(page.clone()).await.unwrap();
+    assert!(more);
+    assert_eq!(newest, listed[2..]);
+    let (k, v) = entry("before", newest[0].id);
+    page.insert(k, v);
+    let (older, more) = c.list_jobs(page).await.unwrap();
+    assert!(!more);
+    assert_eq!(older, listed[..2]);
+    let fd = c.list_jobs_by_file_descriptor(all).await.unwrap();
+    let listing = xlurm::daemon::listing::read_fd(fd.into()).unwrap();
+    let lines = listing.lines().unwrap();
+    let lines: Vec<_> = lines
+        .into_iter()
+        .map(xlurm::daemon::api::JobSummary::from)
+        .collect();
+    assert_eq!(lines, listed);
+    let bad = HashMap::from([entry("before", 3u32)]);
+    let err = error_name(c.list_jobs_by_file_descriptor(bad).await.unwrap_err());
+    assert!(err.contains("\"before\" must have type t"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,6 +400,70 @@ async fn the_served_interface_matches_dbus_xml() {
         live,
         "dbus/org.xlurm.Job1.xml is out of date: rerun with XLURM_BLESS=1"
     );
+}
+
+/// `(name, in types, out types)` of each method in an introspection document.
+fn xml_methods(xml: &str) -> Vec<(String, String, String)> {
+    let attr = |line: &str, key: &str| {
+        line.split(&format!("{key}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .map(str::to_string)
+    };
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for line in xml.lines().map(str::trim) {
+        if line.starts_with("<method ") {
+            out.push((
+                attr(line, "name").unwrap_or_default(),
+                String::new(),
+                String::new(),
+            ));
+        } else if line.starts_with("<arg ") && line.contains("direction=") {
+            if let (Some(m), Some(t)) = (out.last_mut(), attr(line, "type")) {
+                if attr(line, "direction").as_deref() == Some("in") {
+                    m.1.push_str(&t);
+                } else {
+                    m.2.push_str(&t);
+                }
+            }
+        } else if line.starts_with("</interface>") {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_documents_every_method_with_the_signature_it_has() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let xml = std::fs::read_to_string(format!("{root}/dbus/org.xlurm.Scheduler1.xml")).unwrap();
+    let xml = interface_block(&xml, "org.xlurm.Scheduler1");
+    let methods = xml_methods(&xml);
+    assert!(methods.len() > 8, "{methods:?}");
+    for (name, ins, outs) in &methods {
+        // `Name(types and names) -> out types`: compare the type letters.
+        let Some(at) = readme.find(&format!("`{name}(")) else {
+            panic!("README's D-Bus API does not show `{name}(...)`");
+        };
+        let text = &readme[at + name.len() + 2..];
+        let end = text.find('`').unwrap();
+        let shown = &text[..end];
+        let (args, ret) = shown.split_once(" -> ").unwrap_or((shown, ""));
+        let args = args.strip_suffix(')').unwrap_or(args);
+        // "t id, a{sv} info" -> "ta{sv}"; a lone word is a type ("s", "aa{sv}").
+        let types = |s: &str| -> String {
+            s.split(',')
+                .filter_map(|p| p.split_whitespace().next())
+                .collect()
+        };
+        assert_eq!(types(args), *ins, "README's {name} arguments: {shown}");
+        let ret = match ret.strip_prefix('(') {
+            Some(r) => r.strip_suffix(')').unwrap_or(r),
+            None => ret,
+        };
+        assert_eq!(types(ret), *outs, "README's {name} returns: {shown}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,7 +833,7 @@ async fn ended_jobs_kept_in_brief_still_answer_every_call() {
     let c = client(&e).await;
     let (id, _) = c.submit(spec(&["/bin/sh", "-c", "exit 3"])).await.unwrap();
     let before = wait_state(&c, id, "FAILED").await;
-    let listed = |jobs: Vec<xlurm::daemon::api::JobSummary>| {
+    let listed = |(jobs, _): (Vec<xlurm::daemon::api::JobSummary>, bool)| {
         jobs.into_iter().find(|j| j.id == id).expect("listed")
     };
     let filter = HashMap::from([entry("all_users", true), entry("finished", true)]);
@@ -787,7 +875,7 @@ async fn ended_jobs_kept_in_brief_still_answer_every_call() {
     let only_failed = HashMap::from([entry("states", vec!["FAILED".to_string()])]);
     assert_eq!(listed(c.list_jobs(only_failed).await.unwrap()).exit_code, 3);
     let active = c.list_jobs(HashMap::new()).await.unwrap();
-    assert!(active.iter().all(|j| j.id != id), "not listed as active");
+    assert!(active.0.iter().all(|j| j.id != id), "not listed as active");
     assert!(error_name(c.cancel(id).await.unwrap_err()).contains("WrongState"));
     // ReadLog finds it (whether a journal is there to read depends on the host).
     if let Err(err) = c.read_log(id, "", 10).await {

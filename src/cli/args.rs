@@ -114,6 +114,9 @@ pub struct QueueArgs {
     /// Only my jobs.
     #[arg(long)]
     pub mine: bool,
+    /// Show the N newest jobs (default: 100, or 1000 with --all; 0: every one).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

@@ -16,7 +16,8 @@ pub trait Scheduler {
     fn submit_many(&self, specs: Vec<Dict>) -> zbus::Result<Vec<u64>>;
     fn cancel(&self, id: u64) -> zbus::Result<String>;
     fn get_job(&self, id: u64) -> zbus::Result<Dict>;
-    fn list_jobs(&self, filter: Dict) -> zbus::Result<Vec<crate::daemon::api::JobSummary>>;
+    fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::daemon::api::JobSummary>, bool)>;
+    fn list_jobs_by_file_descriptor(&self, filter: Dict) -> zbus::Result<zbus::OwnedFd>;
     fn get_machine(&self) -> zbus::Result<Dict>;
     fn read_log(
         &self,

@@ -5,10 +5,11 @@
 //! caller's unique bus name as subject.
 
 use super::error::{ApiError, ApiResult};
-use super::job::{Brief, Job, JobState};
-use super::service::{Daemon, Found};
+use super::job::Job;
+use super::listing;
+use super::service::Daemon;
 use super::spec;
-use crate::core::{JobId, Policy, Vendor};
+use crate::core::{Policy, Vendor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use zbus::message::Header;
@@ -22,64 +23,7 @@ pub const ACTION_MANAGE: &str = "org.xlurm.scheduler.manage";
 
 pub type Dict = HashMap<String, OwnedVariant>;
 
-/// One line of the queue as `ListJobs` returns it: D-Bus struct
-/// `(tsusssttttutbsit)`. A fixed struct, not `a{sv}`, so that listing
-/// 100,000 jobs stays cheap; `GetJob` has everything else.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
-pub struct JobSummary {
-    pub id: u64,
-    pub name: String,
-    pub uid: u32,
-    pub user: String,
-    /// PENDING, RUNNING, COMPLETED, ...
-    pub state: String,
-    /// Why a pending job waits; empty otherwise.
-    pub reason: String,
-    /// Microseconds since the epoch; 0 = not yet.
-    pub submit_time: u64,
-    pub start_time: u64,
-    pub end_time: u64,
-    /// Seconds.
-    pub time_limit: u64,
-    pub cpus: u32,
-    /// Memory budget in bytes.
-    pub mem: u64,
-    /// Whether CPUs or memory span several NUMA nodes.
-    pub spread: bool,
-    /// Requested devices while pending (`cpu`, `auto:1`, `nv:[0,1]`), allocated ones after.
-    pub devices: String,
-    /// The exit code xrun reports; -1 while the job has none.
-    pub exit_code: i32,
-    /// How the job ended, in a line; empty while it runs.
-    pub detail: String,
-}
-
-/// A job's summary line.
-pub fn summary(job: &Job, reason: String) -> JobSummary {
-    summary_of(job.id, &Brief::of(job, |s: &str| s.into()), reason)
-}
-
-/// The summary line of job `id`, in brief.
-pub fn summary_of(id: JobId, b: &Brief, reason: String) -> JobSummary {
-    JobSummary {
-        id,
-        name: b.name.to_string(),
-        uid: b.uid,
-        user: b.user.to_string(),
-        state: b.state.name().to_string(),
-        reason,
-        submit_time: b.submit_usec,
-        start_time: b.start_usec,
-        end_time: b.end_usec,
-        time_limit: b.time_limit_secs,
-        cpus: b.cpus,
-        mem: b.mem_bytes,
-        spread: b.spread,
-        devices: b.devices.to_string(),
-        exit_code: b.exit_code,
-        detail: b.detail.to_string(),
-    }
-}
+pub use super::listing::JobSummary;
 
 pub struct SchedulerApi {
     pub daemon: Arc<Daemon>,
@@ -208,6 +152,27 @@ impl SchedulerApi {
         dbus.get_connection_unix_user(sender.clone().into())
             .await
             .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
+    }
+
+    /// The caller and the listing filter it asked for, if it may.
+    async fn list_filter(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        filter: &Dict,
+    ) -> ApiResult<(u32, listing::Filter)> {
+        let uid = self.caller(conn, hdr).await?;
+        let f = listing::Filter::parse(filter)?;
+        if f.all_users
+            && !self.daemon.settings.list_is_public
+            && uid != 0
+            && !self.authorized(conn, hdr, uid).await?
+        {
+            return Err(ApiError::PermissionDenied(
+                "the queue of other users is private here (admin option --list-is-public)".into(),
+            ));
+        }
+        Ok((uid, f))
     }
 
     /// Whether the caller holds the polkit authorization for admin actions.
@@ -361,113 +326,37 @@ impl SchedulerApi {
         Ok(job_dict(&job, reason, own))
     }
 
-    /// Jobs, newest last. Filter keys: `all_users` (b), `states` (as), `limit` (u),
-    /// `finished` (b: include finished jobs).
-    #[zbus(out_args("jobs"))]
+    /// Jobs, oldest first, at most 8 MiB of them: `more` says that older
+    /// ones match too (pass the first `id` as `before` for the next page).
+    /// Filter keys: `all_users` (b), `states` (as), `limit` (u: the newest
+    /// this many), `finished` (b: include finished jobs), `before` (t).
+    #[zbus(out_args("jobs", "more"))]
     async fn list_jobs(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         filter: Dict,
-    ) -> Result<Vec<JobSummary>, ApiError> {
-        let uid = self.caller(conn, &hdr).await?;
-        let get_b = |k: &str| -> Result<bool, ApiError> {
-            match filter.get(k) {
-                None => Ok(false),
-                Some(v) => bool::try_from(v).map_err(|_| {
-                    ApiError::InvalidArgs(format!("filter key {k:?} must have type b"))
-                }),
-            }
-        };
-        for k in filter.keys() {
-            if !["all_users", "states", "limit", "finished"].contains(&k.as_str()) {
-                return Err(ApiError::InvalidArgs(format!(
-                    "unknown filter key {k:?} (valid: all_users, states, limit, finished)"
-                )));
-            }
-        }
-        let all_users = get_b("all_users")?;
-        let finished = get_b("finished")?;
-        let limit = match filter.get("limit") {
-            None => usize::MAX,
-            Some(v) => u32::try_from(v).map_err(|_| {
-                ApiError::InvalidArgs("filter key \"limit\" must have type u".into())
-            })? as usize,
-        };
-        let states: Option<Vec<JobState>> = match filter.get("states") {
-            None => None,
-            Some(v) => {
-                let names: Vec<String> = v
-                    .try_clone()
-                    .ok()
-                    .and_then(|v| Vec::<String>::try_from(v).ok())
-                    .ok_or_else(|| {
-                        ApiError::InvalidArgs("filter key \"states\" must have type as".into())
-                    })?;
-                let mut out = Vec::new();
-                for n in names {
-                    out.push(
-                        JobState::parse(&n)
-                            .ok_or_else(|| ApiError::InvalidArgs(format!("unknown state {n:?}")))?,
-                    );
-                }
-                Some(out)
-            }
-        };
-        if all_users
-            && !self.daemon.settings.list_is_public
-            && uid != 0
-            && !self.authorized(conn, &hdr, uid).await?
-        {
-            return Err(ApiError::PermissionDenied(
-                "the queue of other users is private here (admin option --list-is-public)".into(),
-            ));
-        }
+    ) -> Result<(Vec<JobSummary>, bool), ApiError> {
+        let (uid, f) = self.list_filter(conn, &hdr, &filter).await?;
         let st = self.daemon.state.lock().await;
-        let keep = |j: &Found<'_>| {
-            (all_users || j.uid() == uid)
-                && match &states {
-                    Some(s) => s.contains(&j.state()),
-                    None => finished || !j.state().is_final(),
-                }
-        };
-        // Reasons depend only on the demand (and whether the job is the head):
-        // compute each distinct one once per listing.
-        let mut reasons: HashMap<(&crate::core::Demand, bool), String> = HashMap::new();
-        let head = st.sched.head();
-        let only_active = !finished && states.is_none();
-        let jobs: Box<dyn Iterator<Item = (JobId, Found<'_>)>> = if only_active {
-            // Ended jobs in brief are never active: skip them.
-            Box::new(st.jobs.iter().rev().map(|(id, j)| (*id, Found::Full(j))))
-        } else {
-            Box::new(st.newest_first())
-        };
-        let mut out: Vec<JobSummary> = jobs
-            .filter(|(_, j)| keep(j))
-            .take(limit)
-            .map(|(id, j)| match j {
-                Found::Full(j) => {
-                    let reason = if j.state == JobState::Pending {
-                        let key = (&j.demand, head == Some(j.id));
-                        reasons
-                            .entry(key)
-                            .or_insert_with(|| {
-                                st.sched
-                                    .reason(j.id)
-                                    .map(|r| r.to_string())
-                                    .unwrap_or_default()
-                            })
-                            .clone()
-                    } else {
-                        String::new()
-                    };
-                    summary(j, reason)
-                }
-                Found::Brief(b) => summary_of(id, b, String::new()),
-            })
-            .collect();
-        out.reverse();
-        Ok(out)
+        Ok(listing::collect(&st, uid, &f, listing::PAGE_BYTES))
+    }
+
+    /// Every job `ListJobs` would list with this filter, without a page
+    /// limit: a sealed memfd holding the array `a(tsusssttttutbsis)` in
+    /// little-endian D-Bus encoding, to be read from offset 0.
+    #[zbus(out_args("jobs"))]
+    async fn list_jobs_by_file_descriptor(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        filter: Dict,
+    ) -> Result<zbus::OwnedFd, ApiError> {
+        let (uid, f) = self.list_filter(conn, &hdr, &filter).await?;
+        let st = self.daemon.state.lock().await;
+        let fd = listing::to_memfd(|file| listing::encode(&st, uid, &f, file))
+            .map_err(|e| ApiError::Failed(format!("{e:#}")))?;
+        Ok(fd.into())
     }
 
     /// Up to `max_lines` lines of a job's output after `cursor` ("" = from the start),

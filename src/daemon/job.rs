@@ -309,6 +309,12 @@ impl Ended {
         self.0.iter().rev().map(|(id, b)| (*id, b))
     }
 
+    /// Lowest ID first, from `from` on.
+    pub fn iter_from(&self, from: JobId) -> impl Iterator<Item = (JobId, &Brief)> {
+        let start = self.0.partition_point(|e| e.0 < from);
+        self.0[start..].iter().map(|(id, b)| (*id, b))
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
         self.0.iter().map(|e| e.0)
     }

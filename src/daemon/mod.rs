@@ -5,6 +5,7 @@ pub mod error;
 pub mod job;
 pub mod job_object;
 pub mod journal;
+pub mod listing;
 pub mod options;
 pub mod outcome;
 pub mod output;

@@ -54,6 +54,29 @@ pub struct State {
     retired: usize,
 }
 
+/// Jobs in full and in brief, each in ID order, merged into one order;
+/// `first(a, b)`: whether ID `a` comes before ID `b`.
+fn merge<'a>(
+    full: impl Iterator<Item = (&'a JobId, &'a Job)>,
+    brief: impl Iterator<Item = (JobId, &'a Brief)>,
+    first: fn(JobId, JobId) -> bool,
+) -> impl Iterator<Item = (JobId, Found<'a>)> {
+    let (mut full, mut brief) = (full.peekable(), brief.peekable());
+    std::iter::from_fn(move || {
+        let take_full = match (full.peek(), brief.peek()) {
+            (Some((a, _)), Some((b, _))) => first(**a, *b),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        if take_full {
+            full.next().map(|(id, j)| (*id, Found::Full(j)))
+        } else {
+            brief.next().map(|(id, b)| (id, Found::Brief(b)))
+        }
+    })
+}
+
 /// A job found by ID: in full, or ended and kept in brief.
 pub enum Found<'a> {
     Full(&'a Job),
@@ -188,21 +211,16 @@ impl State {
 
     /// Every job, newest (highest ID) first, in full or in brief.
     pub fn newest_first(&self) -> impl Iterator<Item = (JobId, Found<'_>)> {
-        let mut full = self.jobs.iter().rev().peekable();
-        let mut brief = self.ended.iter_rev().peekable();
-        std::iter::from_fn(move || {
-            let take_full = match (full.peek(), brief.peek()) {
-                (Some((a, _)), Some((b, _))) => **a > *b,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => return None,
-            };
-            if take_full {
-                full.next().map(|(id, j)| (*id, Found::Full(j)))
-            } else {
-                brief.next().map(|(id, b)| (id, Found::Brief(b)))
-            }
-        })
+        merge(self.jobs.iter().rev(), self.ended.iter_rev(), |a, b| a > b)
+    }
+
+    /// Every job from ID `from` on, oldest (lowest ID) first, in full or in brief.
+    pub fn oldest_first(&self, from: JobId) -> impl Iterator<Item = (JobId, Found<'_>)> {
+        merge(
+            self.jobs.range(from..),
+            self.ended.iter_from(from),
+            |a, b| a < b,
+        )
     }
 
     /// Keeps ended job `id` in brief only, from now on.

@@ -127,6 +127,8 @@ expect_err $E.InvalidArgs alice "unknown state" -- ListJobs 'a{sv}' 1 states as 
 expect_err $E.InvalidArgs alice "states as a string" -- ListJobs 'a{sv}' 1 states s RUNNING
 expect_err $E.InvalidArgs alice "all_users as a string" -- ListJobs 'a{sv}' 1 all_users s yes
 expect_err $E.InvalidArgs alice "limit as int32" -- ListJobs 'a{sv}' 1 limit i -1
+expect_err $E.InvalidArgs alice "before as a uint32" -- ListJobs 'a{sv}' 1 before u 5
+expect_err $E.InvalidArgs alice "by descriptor: unknown filter key" -- ListJobsByFileDescriptor 'a{sv}' 1 bogus b true
 expect_err $E.InvalidArgs root "SetPolicy junk" -- SetPolicy s 'fifo; rm -rf /'
 expect_err $E.InvalidArgs root "SetPolicy empty" -- SetPolicy s ''
 expect_err $E.InvalidArgs root "SetMaxRunning 0" -- SetMaxRunning u 0
