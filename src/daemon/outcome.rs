@@ -149,9 +149,47 @@ pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
     (state, o)
 }
 
+/// Whether a `PropertiesChanged` signal of a job's unit calls for reading the
+/// unit. systemd sends one for the type's interface (`...Service`), then one
+/// for `org.freedesktop.systemd1.Unit`, at every change; only the second is
+/// looked at, and only when the unit may have finished: `ActiveState` not
+/// active/activating, or `SubState` `exited` (`RemainAfterExit=yes`). A unit
+/// starting or running needs no read (each is up to three D-Bus calls and a
+/// large `GetAll` for systemd to build); a signal that says too little to tell
+/// is read. The daemon reads every unit after starting it and every 5 s too.
+pub fn worth_reading(interface: &str, active_state: Option<&str>, sub_state: Option<&str>) -> bool {
+    if interface != "org.freedesktop.systemd1.Unit" {
+        return false;
+    }
+    match (active_state, sub_state) {
+        (Some("active" | "activating" | "reloading"), Some(sub)) => sub == "exited",
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_signals_of_units_that_may_have_finished_are_read() {
+        let unit = "org.freedesktop.systemd1.Unit";
+        assert!(!worth_reading(
+            "org.freedesktop.systemd1.Service",
+            Some("failed"),
+            None
+        ));
+        assert!(!worth_reading(unit, Some("activating"), Some("start")));
+        assert!(!worth_reading(unit, Some("active"), Some("running")));
+        assert!(worth_reading(unit, Some("active"), Some("exited")));
+        for end in ["inactive", "failed", "deactivating"] {
+            assert!(worth_reading(unit, Some(end), Some("dead")), "{end}");
+        }
+        // Too little said: read.
+        assert!(worth_reading(unit, Some("active"), None));
+        assert!(worth_reading(unit, None, Some("running")));
+        assert!(worth_reading(unit, None, None));
+    }
 
     fn unit(result: &str, code: i32, status: i32) -> UnitStatus {
         UnitStatus {

@@ -555,8 +555,29 @@ async fn spawn_unit_watcher(
             else {
                 continue;
             };
-            let d = d.clone();
-            tokio::spawn(async move { d.reconcile(id).await });
+            type Changed = (
+                String,
+                std::collections::HashMap<String, zbus::OwnedVariant>,
+                Vec<String>,
+            );
+            let worth = match msg.body().deserialize::<Changed>() {
+                Ok((iface, changed, _)) => {
+                    let text = |k: &str| match changed.get(k).map(|v| &**v) {
+                        Some(zbus::Variant::Str(s)) => Some(s.as_str().to_string()),
+                        _ => None,
+                    };
+                    super::outcome::worth_reading(
+                        &iface,
+                        text("ActiveState").as_deref(),
+                        text("SubState").as_deref(),
+                    )
+                }
+                Err(_) => true,
+            };
+            if worth {
+                let d = d.clone();
+                tokio::spawn(async move { d.reconcile(id).await });
+            }
         }
     }))
 }
