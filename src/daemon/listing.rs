@@ -256,11 +256,6 @@ fn job_line<'a>(job: &'a Job, reason: &'a str, requested: &'a str) -> Line<'a> {
     }
 }
 
-/// A whole job's summary line.
-pub fn summary(job: &Job, reason: &str) -> JobSummary {
-    job_line(job, reason, &job.devices_requested()).into()
-}
-
 /// The jobs `uid` may list with `f`, newest first, in full or in brief.
 fn newest<'a>(st: &'a State, uid: u32, f: &'a Filter) -> impl Iterator<Item = (JobId, Found<'a>)> {
     let only_active = !f.finished && f.states.is_none();
@@ -349,8 +344,12 @@ pub fn encode(st: &State, uid: u32, f: &Filter, out: &std::fs::File) -> std::io:
     use std::io::Write;
     use std::os::unix::fs::FileExt;
     const PIECE: usize = 256 << 10;
-    // The oldest job to list: a pass that only filters, then one in order.
-    let oldest = newest(st, uid, f).take(f.limit).last().map(|(id, _)| id);
+    // The oldest job to list: without a limit, the first; with one, a pass
+    // that only filters finds it. Then one pass in order.
+    let oldest = match f.limit {
+        usize::MAX => Some(0),
+        n => newest(st, uid, f).take(n).last().map(|(id, _)| id),
+    };
     let mut piece = Vec::with_capacity(PIECE + 4096);
     piece.extend_from_slice(&[0; 8]);
     let (mut written, mut failed) = (0usize, None);
