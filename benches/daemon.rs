@@ -54,6 +54,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
         retention_secs: 86400,
         list_is_public: true,
         journalctl: "journalctl".into(),
+        recheck: std::time::Duration::from_secs(5),
     }
 }
 

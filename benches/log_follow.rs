@@ -77,6 +77,7 @@ async fn main() {
         retention_secs: 3600,
         list_is_public: true,
         journalctl: jctl.to_string_lossy().into_owned(),
+        recheck: std::time::Duration::from_secs(5),
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     served.daemon.kick.notify_one();

@@ -22,6 +22,8 @@ struct Env {
     devices: Vec<xlurm::core::Device>,
     /// How long an ended job's object stays (then it is kept in brief).
     linger: Duration,
+    /// How often the daemon checks running jobs' units besides their signals.
+    recheck: Duration,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -36,6 +38,7 @@ async fn env(mode: Mode) -> Env {
         journalctl: "journalctl".into(),
         devices: vec![],
         linger: Duration::from_secs(600),
+        recheck: Duration::from_secs(5),
     }
 }
 
@@ -59,6 +62,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         retention_secs: 3600,
         list_is_public: true,
         journalctl: e.journalctl.clone(),
+        recheck: e.recheck,
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     served.daemon.kick.notify_one();
@@ -466,6 +470,73 @@ fn the_readme_documents_every_method_with_the_signature_it_has() {
     }
 }
 
+/// A job is followed through its unit's signals: its invocation is known
+/// while it runs and its end is recorded, with the accounting read, without
+/// reading the unit whole (GetUnit and two GetAll: costly for systemd).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
+    let mut e = env(Mode::Instant).await;
+    // No safety-net reads during the test: what happens comes from signals.
+    e.recheck = Duration::from_secs(3600);
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(c.submit(spec(&["/bin/x"])).await.unwrap().0);
+    }
+    for (n, &id) in ids.iter().enumerate() {
+        wait_state(&c, id, "RUNNING").await;
+        let serial = n as u32 + 1;
+        let want: String = xlurm::testing::fake_systemd::invocation_of(serial)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let t0 = Instant::now();
+        while get_str(&c.get_job(id).await.unwrap(), "invocation_id") != want {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no invocation for {id}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let unit = |id: u64| format!("xlurm-job-{id}.service");
+    e.fake.finish(&unit(ids[0]), 0).await;
+    e.fake.finish(&unit(ids[1]), 7).await;
+    let done = wait_state(&c, ids[0], "COMPLETED").await;
+    assert_eq!(get::<u64>(&done, "cpu_nsec"), Some(1_000_000));
+    assert_eq!(get::<u64>(&done, "memory_peak"), Some(1 << 20));
+    let failed = wait_state(&c, ids[1], "FAILED").await;
+    assert_eq!(get::<i32>(&failed, "exit_code"), Some(7));
+    assert_eq!(get::<u64>(&failed, "cpu_nsec"), Some(1_000_000));
+    // Collected: the exited unit stopped, the failed one reset.
+    let t0 = Instant::now();
+    loop {
+        let gone = {
+            let shared = e.fake.shared.lock().unwrap();
+            shared.stopped.contains(&unit(ids[0]))
+                && !shared.stopped.contains(&unit(ids[1]))
+                && shared.started.len() == 3
+        };
+        if gone {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "units not collected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let shared = e.fake.shared.lock().unwrap();
+    for id in ids {
+        assert_eq!(
+            shared.get_unit_calls.get(&unit(id)),
+            None,
+            "job {id}'s unit was read whole"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_has_an_object_whose_properties_follow_it() {
     let e = env(Mode::Run).await;
@@ -579,6 +650,8 @@ async fn lost_starts(journal: Option<&str>, lose: usize) -> LostStarts {
     }
     e.journalctl = path.to_string_lossy().into_owned();
     e.fake.shared.lock().unwrap().lose_starts = lose;
+    // A lost start sends no signal: the periodic check finds it.
+    e.recheck = Duration::from_millis(200);
     let d = daemon(&e).await;
     let c = client(&e).await;
     LostStarts {

@@ -48,6 +48,7 @@ async fn env() -> Env {
         retention_secs: 3600,
         list_is_public: true,
         journalctl: "journalctl".into(),
+        recheck: std::time::Duration::from_secs(5),
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     let client = bus.connect().await.unwrap();

@@ -1,6 +1,7 @@
 //! xlurmd's start-up: options, refusals, bus, re-adoption, readiness, main loop.
 
 use super::api::{SchedulerApi, BUS_NAME, PATH};
+use super::outcome::Verdict;
 use super::service::{Daemon, Settings, State};
 use super::store::Store;
 use super::systemd::Systemd;
@@ -224,6 +225,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
         retention_secs,
         list_is_public: o.list_is_public,
         journalctl: super::journal::JOURNALCTL.into(),
+        recheck: Duration::from_secs(5),
     };
     let served = serve(&conn, config).await?;
     let daemon = served.daemon.clone();
@@ -267,6 +269,8 @@ pub struct ServeConfig {
     pub list_is_public: bool,
     /// The `journalctl` to read job output and unit history with (tests use a double).
     pub journalctl: String,
+    /// How often running jobs' units are checked besides their signals.
+    pub recheck: Duration,
 }
 
 /// A serving daemon; dropping it stops its tasks (jobs keep running).
@@ -418,28 +422,20 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             monitor_devices(d, poller, devices).await
         }));
     }
-    // Safety net for missed signals, retention and status.
+    // Safety net for missed signals, retention (every minute) and status.
     {
         let d = daemon.clone();
+        let recheck = cfg.recheck.max(Duration::from_millis(100));
+        let clean_every = (60_000 / recheck.as_millis().max(1)).max(1) as u64;
         tasks.push(tokio::spawn(async move {
             let mut tick = 0u64;
             loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                tokio::time::sleep(recheck).await;
                 tick += 1;
-                let running: Vec<u64> = {
-                    let st = d.state.lock().await;
-                    st.jobs
-                        .values()
-                        .filter(|j| j.state == super::job::JobState::Running)
-                        .map(|j| j.id)
-                        .collect()
-                };
-                for id in running {
-                    d.reconcile(id).await;
-                }
+                recheck_running(&d).await;
                 // Memory freed by jobs retired since (see State::trim).
                 d.state.lock().await.trim();
-                if tick.is_multiple_of(12) {
+                if tick.is_multiple_of(clean_every) {
                     d.clean().await;
                 }
                 notify_status(&d).await;
@@ -503,12 +499,42 @@ async fn monitor_devices(
     }
 }
 
+/// Reads the units of running jobs that may have ended without xlurmd
+/// hearing it (a signal lost): one listing of all job units, then a read of
+/// each that is not plainly still running.
+async fn recheck_running(d: &Arc<Daemon>) {
+    let running: Vec<(u64, String)> = {
+        let st = d.state.lock().await;
+        st.jobs
+            .values()
+            .filter(|j| j.state == super::job::JobState::Running)
+            .map(|j| (j.id, j.unit()))
+            .collect()
+    };
+    if running.is_empty() {
+        return;
+    }
+    let states = d.systemd.states("xlurm-job-*.service").await;
+    for (id, unit) in running {
+        let busy = match &states {
+            Ok(states) => states
+                .get(&unit)
+                .is_some_and(|(active, sub, job)| super::outcome::busy(active, sub, *job)),
+            Err(_) => false,
+        };
+        if !busy {
+            d.reconcile(id).await;
+        }
+    }
+}
+
 async fn notify_status(d: &Arc<Daemon>) {
     let (pending, running) = d.state.lock().await.counts();
     let status = format!("{pending} pending, {running} running");
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
 }
 
+/// Follows job units' `PropertiesChanged` signals (see `outcome::Tracker`).
 async fn spawn_unit_watcher(
     d: Arc<Daemon>,
     conn: zbus::Connection,
@@ -539,44 +565,23 @@ async fn spawn_unit_watcher(
             }
         };
     Some(tokio::spawn(async move {
+        let mut tracker = super::outcome::Tracker::default();
         while let Some(Ok(msg)) = stream.next().await {
-            let path = msg
-                .header()
-                .path()
-                .map(|p| p.to_string())
-                .unwrap_or_default();
-            let Some(rest) = path.strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d")
-            else {
+            let Some((id, signal)) = super::systemd::job_signal(&msg) else {
                 continue;
             };
-            let Some(id) = rest
-                .strip_suffix("_2eservice")
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            type Changed = (
-                String,
-                std::collections::HashMap<String, zbus::OwnedVariant>,
-                Vec<String>,
-            );
-            let worth = match msg.body().deserialize::<Changed>() {
-                Ok((iface, changed, _)) => {
-                    let text = |k: &str| match changed.get(k).map(|v| &**v) {
-                        Some(zbus::Variant::Str(s)) => Some(s.as_str().to_string()),
-                        _ => None,
-                    };
-                    super::outcome::worth_reading(
-                        &iface,
-                        text("ActiveState").as_deref(),
-                        text("SubState").as_deref(),
-                    )
+            let d = d.clone();
+            match tracker.on(id, signal) {
+                Verdict::Nothing => {}
+                Verdict::Started(invocation) => {
+                    tokio::spawn(async move { d.started(id, invocation).await });
                 }
-                Err(_) => true,
-            };
-            if worth {
-                let d = d.clone();
-                tokio::spawn(async move { d.reconcile(id).await });
+                Verdict::Finished(status) => {
+                    tokio::spawn(async move { d.reconcile_with(id, Some(status)).await });
+                }
+                Verdict::Read => {
+                    tokio::spawn(async move { d.reconcile(id).await });
+                }
             }
         }
     }))

@@ -5,7 +5,7 @@
 
 use super::error::{ApiError, ApiResult};
 use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
-use super::outcome::classify;
+use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
 use super::store::{Loaded, Store};
 use super::systemd::Systemd;
@@ -126,6 +126,8 @@ pub struct Daemon {
     stopping: std::sync::atomic::AtomicBool,
     /// Jobs whose unit is being read, and whether to read it once more after.
     reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
+    /// Launching jobs whose unit signalled meanwhile: read once launched.
+    signalled: std::sync::Mutex<std::collections::HashSet<JobId>>,
 }
 
 /// A page of a job's output (see `Daemon::read_log`).
@@ -302,6 +304,7 @@ impl Daemon {
             launching: std::sync::Mutex::new(std::collections::HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             reconciling: std::sync::Mutex::new(HashMap::new()),
+            signalled: std::sync::Mutex::new(std::collections::HashSet::new()),
         });
         (d, rx)
     }
@@ -668,11 +671,14 @@ impl Daemon {
         }
         drop(output_fd);
         let result = self.start_unit(&job.unit(), &props).await;
-        self.launched(job.id);
+        let signalled = self.launched(job.id);
         match result {
+            // From here on the unit's signals tell how it goes (run.rs).
             Ok(_) => {
                 tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
-                self.reconcile(job.id).await;
+                if signalled {
+                    self.reconcile(job.id).await;
+                }
             }
             Err(e) => {
                 self.fail_launch(job.id, format!("systemd refused the unit: {e}"))
@@ -742,10 +748,13 @@ impl Daemon {
         }
     }
 
-    fn launched(&self, id: JobId) {
+    /// Job `id` is launched (or failed to): returns whether its unit
+    /// signalled meanwhile, so it should be read now.
+    fn launched(&self, id: JobId) -> bool {
         if let Ok(mut l) = self.launching.lock() {
             l.remove(&id);
         }
+        self.signalled.lock().is_ok_and(|mut s| s.remove(&id))
     }
 
     /// Stops starting jobs, then waits (up to `limit`) until no launch is in
@@ -769,18 +778,26 @@ impl Daemon {
     }
 
     async fn fail_launch(&self, id: JobId, detail: String) {
-        self.launched(id);
+        let _ = self.launched(id);
         tracing::warn!(job = id, "job {id} launch failed: {detail}");
         let outcome = Outcome {
             result: "launch-failed".into(),
             detail,
             ..Default::default()
         };
-        self.finalize(id, JobState::LaunchFailed, outcome).await;
+        self.finalize(id, JobState::LaunchFailed, outcome, None)
+            .await;
     }
 
-    /// Records a final state, frees the job's resources and collects its unit.
-    async fn finalize(&self, id: JobId, state: JobState, outcome: Outcome) {
+    /// Records a final state, frees the job's resources and collects its unit
+    /// (`unit_state`: its ActiveState when known, see [`Systemd::collect`]).
+    async fn finalize(
+        &self,
+        id: JobId,
+        state: JobState,
+        outcome: Outcome,
+        unit_state: Option<&str>,
+    ) {
         let mut st = self.state.lock().await;
         let Some(job) = st.jobs.get_mut(&id) else {
             return;
@@ -803,7 +820,7 @@ impl Daemon {
         self.changed(id, state);
         self.kick.notify_one();
         let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
-        self.systemd.collect(&job.unit()).await;
+        self.systemd.collect(&job.unit(), unit_state).await;
     }
 
     /// Reads job `id`'s unit and records its end if it finished.
@@ -811,6 +828,12 @@ impl Daemon {
     /// unit is being read already are folded into one more read after it, so
     /// systemd is asked once or twice, not once per signal.
     pub async fn reconcile(&self, id: JobId) {
+        self.reconcile_with(id, None).await
+    }
+
+    /// [`Daemon::reconcile`] for a unit whose end its signals told
+    /// (`outcome::Tracker`): only its accounting is read.
+    pub async fn reconcile_with(&self, id: JobId, ended: Option<UnitStatus>) {
         {
             let Ok(mut r) = self.reconciling.lock() else {
                 return;
@@ -821,9 +844,10 @@ impl Daemon {
             }
             r.insert(id, false);
         }
+        let mut ended = ended;
         loop {
             // Boxed: reconcile -> restart_lost -> launch -> reconcile.
-            Box::pin(self.reconcile_once(id)).await;
+            Box::pin(self.reconcile_once(id, ended.take())).await;
             let Ok(mut r) = self.reconciling.lock() else {
                 return;
             };
@@ -837,22 +861,34 @@ impl Daemon {
         }
     }
 
-    async fn reconcile_once(&self, id: JobId) {
+    async fn reconcile_once(&self, id: JobId, ended: Option<UnitStatus>) {
         if self.is_launching(id) {
+            if let Ok(mut s) = self.signalled.lock() {
+                s.insert(id);
+            }
             return;
         }
-        let (unit, cancelled, invocation) = {
+        let (unit, cancelled, invocation, memory_max) = {
             let st = self.state.lock().await;
             match st.jobs.get(&id) {
                 Some(j) if j.state == JobState::Running => (
                     j.unit(),
                     j.cancel_requested_by.is_some(),
                     j.invocation_id.clone(),
+                    j.alloc.as_ref().map(|a| a.mem_bytes),
                 ),
                 _ => return,
             }
         };
-        match self.systemd.status(&unit).await {
+        let read = match ended {
+            Some(mut status) => {
+                // The MemoryMax xlurm gave the unit (for the OOM race in classify).
+                status.memory_max = memory_max;
+                Ok(Some(self.systemd.accounting(&unit, status).await))
+            }
+            None => self.systemd.status(&unit).await,
+        };
+        match read {
             Ok(Some(status)) => {
                 if !invocation.is_empty()
                     && !status.invocation_id.is_empty()
@@ -866,23 +902,18 @@ impl Daemon {
                             detail,
                             ..Default::default()
                         },
+                        None,
                     )
                     .await;
                     return;
                 }
                 if invocation.is_empty() && !status.invocation_id.is_empty() {
-                    let mut st = self.state.lock().await;
-                    if let Some(j) = st.jobs.get_mut(&id) {
-                        j.invocation_id = status.invocation_id.clone();
-                        // It started: its environment is no longer needed.
-                        j.command.env = None;
-                        let j = j.clone();
-                        let _ = st.store.save([&j]);
-                    }
+                    self.started(id, status.invocation_id.clone()).await;
                 }
                 if status.finished() {
                     let (state, outcome) = classify(&status, cancelled);
-                    self.finalize(id, state, outcome).await;
+                    self.finalize(id, state, outcome, Some(&status.active_state))
+                        .await;
                 }
             }
             // Created but gone before it was ever seen running: systemd may
@@ -901,10 +932,25 @@ impl Daemon {
                         detail,
                         ..Default::default()
                     },
+                    None,
                 )
                 .await;
             }
             Err(e) => tracing::warn!(job = id, "job {id}: reading {unit}: {e:#}"),
+        }
+    }
+
+    /// Records the invocation job `id`'s unit runs under (from its signals
+    /// or a read). Kept in memory and written with the job's next record:
+    /// after a restart an empty one matches whatever runs the unit.
+    pub async fn started(&self, id: JobId, invocation: String) {
+        let mut st = self.state.lock().await;
+        if let Some(j) = st.jobs.get_mut(&id) {
+            if j.state == JobState::Running && j.invocation_id.is_empty() {
+                j.invocation_id = invocation;
+                // It started: its environment is no longer needed.
+                j.command.env = None;
+            }
         }
     }
 
@@ -990,7 +1036,7 @@ impl Daemon {
             }
         };
         self.launched(id);
-        self.finalize(id, JobState::Cancelled, outcome).await;
+        self.finalize(id, JobState::Cancelled, outcome, None).await;
     }
 
     /// At start: re-adopts running jobs whose units live, harvests finished

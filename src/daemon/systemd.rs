@@ -3,7 +3,7 @@
 //! Small explicit calls: start a transient unit, stop it, read its status,
 //! list job units, and reset a failed one after its result was recorded.
 
-use super::outcome::UnitStatus;
+use super::outcome::{UnitSignal, UnitStatus};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
@@ -89,6 +89,70 @@ fn get_u64(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<u64> {
     get::<u64>(map, key).filter(|v| *v != u64::MAX)
 }
 
+/// The job and what it said, for a `PropertiesChanged` signal of a job's
+/// unit (`xlurm-job-<id>.service`); `None` for any other message.
+pub fn job_signal(msg: &zbus::Message) -> Option<(u64, UnitSignal)> {
+    let header = msg.header();
+    let path = header.path()?;
+    let id = path
+        .as_str()
+        .strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d")?
+        .strip_suffix("_2eservice")?
+        .parse::<u64>()
+        .ok()?;
+    let body = msg.body();
+    type Changed<'a> = (&'a str, HashMap<&'a str, Variant<'a>>, Vec<&'a str>);
+    let Ok((iface, changed, _)) = body.deserialize::<Changed<'_>>() else {
+        return Some((id, UnitSignal::Unclear));
+    };
+    let text = |k: &str| changed.get(k).and_then(|v| String::try_from(v).ok());
+    let int = |k: &str| changed.get(k).and_then(|v| i32::try_from(v).ok());
+    let signal = match iface {
+        "org.freedesktop.systemd1.Service" => {
+            match (text("Result"), int("ExecMainCode"), int("ExecMainStatus")) {
+                (Some(result), Some(exec_main_code), Some(exec_main_status)) => {
+                    UnitSignal::Service {
+                        result,
+                        exec_main_code,
+                        exec_main_status,
+                    }
+                }
+                _ => UnitSignal::Unclear,
+            }
+        }
+        "org.freedesktop.systemd1.Unit" => {
+            let invocation = match changed.get("InvocationID") {
+                Some(Variant::Array(a)) => Some(
+                    a.inner()
+                        .iter()
+                        .map(|b| match b {
+                            Variant::U8(b) => format!("{b:02x}"),
+                            _ => String::new(),
+                        })
+                        .collect::<String>(),
+                ),
+                _ => None,
+            };
+            let job = changed
+                .get("Job")
+                .and_then(|v| <(u32, zbus::ObjectPath<'_>)>::try_from(v).ok());
+            match (text("ActiveState"), text("SubState"), invocation, job) {
+                (Some(active_state), Some(sub_state), Some(invocation_id), Some((job, _))) => {
+                    UnitSignal::Unit {
+                        active_state,
+                        sub_state,
+                        invocation_id,
+                        pending_job: job != 0,
+                    }
+                }
+                _ => UnitSignal::Unclear,
+            }
+        }
+        _ => UnitSignal::Unclear,
+    };
+    Some((id, signal))
+}
+
 impl Systemd {
     /// Connects to the manager on `conn` and subscribes to its signals.
     pub async fn connect(conn: &Connection) -> Result<Systemd> {
@@ -144,10 +208,47 @@ impl Systemd {
         let _ = self.manager.reset_failed_unit(unit).await;
     }
 
-    /// Stops and forgets a finished unit, after its result was recorded.
-    pub async fn collect(&self, unit: &str) {
-        let _ = self.manager.stop_unit(unit, "replace").await;
-        self.reset_failed(unit).await;
+    /// Lets systemd forget a finished unit, after its result was recorded:
+    /// one that exited (`RemainAfterExit=yes` keeps it active, and anything
+    /// the job left behind running) is stopped, which kills what is left and
+    /// unloads it; a failed one (already stopped) is reset; one in any other
+    /// state (`None`: not known) gets both.
+    pub async fn collect(&self, unit: &str, active_state: Option<&str>) {
+        if active_state != Some("failed") {
+            let _ = self.manager.stop_unit(unit, "replace").await;
+        }
+        if !matches!(active_state, Some("active")) {
+            self.reset_failed(unit).await;
+        }
+    }
+
+    /// Completes a finished unit's status from signals with what systemd does
+    /// not signal: CPU time and memory peak (two small reads instead of
+    /// `GetAll`). Either may stay unknown; the job's end is known already.
+    pub async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
+        let service = "org.freedesktop.systemd1.Service";
+        let read = |name: &'static str| {
+            let conn = self.conn.clone();
+            let path = unit_path(unit);
+            async move {
+                let reply = conn
+                    .call_method(
+                        Some("org.freedesktop.systemd1"),
+                        path.as_str(),
+                        Some("org.freedesktop.DBus.Properties"),
+                        "Get",
+                        &(service, name),
+                    )
+                    .await
+                    .ok()?;
+                let v: OwnedVariant = reply.body().deserialize().ok()?;
+                u64::try_from(v).ok().filter(|v| *v != u64::MAX)
+            }
+        };
+        let (cpu, peak) = tokio::join!(read("CPUUsageNSec"), read("MemoryPeak"));
+        status.cpu_nsec = cpu;
+        status.memory_peak = peak;
+        status
     }
 
     /// Names of loaded units matching `pattern`.
@@ -158,6 +259,20 @@ impl Systemd {
             .await
             .context("listing job units")?;
         Ok(units.into_iter().map(|u| u.0).collect())
+    }
+
+    /// ActiveState, SubState and whether a job is queued, of each loaded
+    /// unit matching `pattern`, by name: one call for all of them.
+    pub async fn states(&self, pattern: &str) -> Result<HashMap<String, (String, String, bool)>> {
+        let units = self
+            .manager
+            .list_units_by_patterns(&[], &[pattern])
+            .await
+            .context("listing job units")?;
+        Ok(units
+            .into_iter()
+            .map(|u| (u.0, (u.3, u.4, u.7 != 0)))
+            .collect())
     }
 
     /// The status of `unit`, or `None` when systemd has no such unit loaded.

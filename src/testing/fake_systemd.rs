@@ -2,13 +2,15 @@
 //!
 //! In `Mode::Run` a unit runs its `ExecStart` as a child process (no user
 //! switch, no cgroups: nothing is enforced) and reports its exit through
-//! `PropertiesChanged` as systemd does with `RemainAfterExit=yes`. In
+//! `PropertiesChanged` as systemd does with `RemainAfterExit=yes`: at every
+//! change one signal for the Service interface (`Result`, `ExecMain*`), then
+//! one for the Unit interface (`ActiveState`, `SubState`, `InvocationID`,
+//! `Job`), each with all of those properties. In
 //! `Mode::Instant` a unit becomes active at once and runs until stopped
 //! (for benchmarks of xlurmd's own cost).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,8 @@ pub struct Shared {
     /// unit behind, as when systemd loses the start job of a new transient
     /// unit in a daemon-reexec and then garbage-collects the unit.
     pub lose_starts: usize,
+    /// GetUnit calls per unit name: how often xlurmd read a unit whole.
+    pub get_unit_calls: HashMap<String, usize>,
 }
 
 #[derive(Clone)]
@@ -118,6 +122,13 @@ pub enum SdError {
     Failed(String),
 }
 
+/// The InvocationID the double gives the `serial`th unit it started.
+pub fn invocation_of(serial: u32) -> Vec<u8> {
+    let mut invocation = vec![0u8; 16];
+    invocation[..4].copy_from_slice(&serial.to_le_bytes());
+    invocation
+}
+
 fn no_such_unit(name: &str) -> SdError {
     SdError::NoSuchUnit(format!("Unit {name} not loaded."))
 }
@@ -153,11 +164,12 @@ impl Manager {
     }
 
     fn get_unit(&self, name: String) -> Result<OwnedObjectPath, SdError> {
-        let shared = self
+        let mut shared = self
             .fake
             .shared
             .lock()
             .map_err(|_| SdError::Failed("poisoned".into()))?;
+        *shared.get_unit_calls.entry(name.clone()).or_default() += 1;
         if shared.units.contains_key(&name) {
             OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(&name))
                 .map_err(|e| SdError::Failed(e.to_string()))
@@ -167,7 +179,7 @@ impl Manager {
     }
 
     #[allow(clippy::type_complexity)]
-    fn list_units_by_patterns(
+    async fn list_units_by_patterns(
         &self,
         _states: Vec<String>,
         _patterns: Vec<String>,
@@ -183,30 +195,41 @@ impl Manager {
         String,
         OwnedObjectPath,
     )> {
-        let shared = match self.fake.shared.lock() {
-            Ok(s) => s,
+        let names: Vec<String> = match self.fake.shared.lock() {
+            Ok(s) => s.units.keys().cloned().collect(),
             Err(_) => return Vec::new(),
         };
-        shared
-            .units
-            .keys()
-            .filter_map(|n| {
-                let p = OwnedObjectPath::try_from(crate::daemon::systemd::unit_path(n)).ok()?;
-                let root = OwnedObjectPath::try_from("/").ok()?;
-                Some((
-                    n.clone(),
-                    String::new(),
-                    "loaded".into(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    p,
-                    0,
-                    String::new(),
-                    root,
-                ))
-            })
-            .collect()
+        let server = self.fake.conn.object_server();
+        let mut out = Vec::new();
+        for n in names {
+            let path = crate::daemon::systemd::unit_path(&n);
+            let (active, sub) = match server.interface::<_, UnitObj>(path.as_str()).await {
+                Ok(iface) => {
+                    let u = iface.get().await;
+                    (u.active_state.clone(), u.sub_state.clone())
+                }
+                Err(_) => continue,
+            };
+            let (Ok(p), Ok(root)) = (
+                OwnedObjectPath::try_from(path),
+                OwnedObjectPath::try_from("/"),
+            ) else {
+                continue;
+            };
+            out.push((
+                n,
+                String::new(),
+                "loaded".into(),
+                active,
+                sub,
+                String::new(),
+                p,
+                0,
+                String::new(),
+                root,
+            ));
+        }
+        out
     }
 }
 
@@ -258,8 +281,6 @@ impl FakeSystemd {
             .get("MemoryMax")
             .and_then(|v| u64::try_from(v).ok())
             .unwrap_or(u64::MAX);
-        let mut invocation = vec![0u8; 16];
-        invocation[..4].copy_from_slice(&serial.to_le_bytes());
         let server = self.conn.object_server();
         server
             .at(
@@ -267,7 +288,7 @@ impl FakeSystemd {
                 UnitObj {
                     active_state: "active".into(),
                     sub_state: "running".into(),
-                    invocation,
+                    invocation: invocation_of(serial),
                 },
             )
             .await
@@ -286,6 +307,11 @@ impl FakeSystemd {
             )
             .await
             .map_err(|e| fail(e.to_string()))?;
+        // Sent after the reply, as systemd does (it runs queued jobs after
+        // answering calls).
+        let me = self.clone();
+        let unit = name.clone();
+        tokio::spawn(async move { me.signal(&unit).await });
         if self.mode == Mode::Run {
             // systemd turns `$$` into `$` when it runs the command.
             let argv: Vec<(String, Vec<String>, bool)> = props
@@ -383,16 +409,58 @@ impl FakeSystemd {
                 // Fixed figures: the double measures nothing.
                 s.memory_peak = 1 << 20;
                 s.cpu_usage_nsec = 1_000_000;
-                let em = iface.signal_emitter();
-                let _ = s.result_changed(em).await;
             }
         }
         if let Ok(iface) = server.interface::<_, UnitObj>(path.as_str()).await {
             let mut u = iface.get_mut().await;
             u.active_state = active.into();
             u.sub_state = sub.into();
-            let em: &SignalEmitter<'_> = iface.signal_emitter();
-            let _ = u.active_state_changed(em).await;
+        }
+        self.signal(unit).await;
+    }
+
+    /// Sends `unit`'s two PropertiesChanged signals, Service then Unit.
+    async fn signal(&self, unit: &str) {
+        let path = crate::daemon::systemd::unit_path(unit);
+        let server = self.conn.object_server();
+        let service = match server.interface::<_, ServiceObj>(path.as_str()).await {
+            Ok(iface) => {
+                let s = iface.get().await;
+                HashMap::from([
+                    ("Result", zbus::Variant::from(s.result.clone())),
+                    ("ExecMainCode", zbus::Variant::from(s.exec_main_code)),
+                    ("ExecMainStatus", zbus::Variant::from(s.exec_main_status)),
+                ])
+            }
+            Err(_) => return,
+        };
+        let unit_props = match server.interface::<_, UnitObj>(path.as_str()).await {
+            Ok(iface) => {
+                let u = iface.get().await;
+                let root = zbus::ObjectPath::from_static_str_unchecked("/");
+                HashMap::from([
+                    ("ActiveState", zbus::Variant::from(u.active_state.clone())),
+                    ("SubState", zbus::Variant::from(u.sub_state.clone())),
+                    ("InvocationID", zbus::Variant::from(u.invocation.clone())),
+                    ("Job", zbus::Variant::from((0u32, root))),
+                ])
+            }
+            Err(_) => return,
+        };
+        for (iface, props) in [
+            ("org.freedesktop.systemd1.Service", service),
+            ("org.freedesktop.systemd1.Unit", unit_props),
+        ] {
+            let _ = self
+                .conn
+                .emit_signal(
+                    None::<()>,
+                    path.as_str(),
+                    "org.freedesktop.DBus.Properties",
+                    "PropertiesChanged",
+                    &(iface, props, Vec::<&str>::new()),
+                )
+                .await;
         }
     }
 
