@@ -248,21 +248,35 @@ async fn main() {
         t.await.unwrap();
     }
     // Objects linger 1 s here, then jobs are kept in brief; the 5 s tick
-    // hands freed memory back. Measure once RSS has settled (30 s at most).
-    let mut rss = rss_mib(child.id());
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let now = rss_mib(child.id());
-        let settled = now > rss * 0.98;
-        rss = now;
-        if settled {
+    // hands freed memory back (State::trim). Measure once the last job's
+    // object is gone (the last to retire) and a tick has passed since.
+    let last = ids.iter().max().copied().unwrap_or(0);
+    let last_path = format!("/org/xlurm/Scheduler1/job/{last}");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(120) {
+        let alive = conn
+            .call_method(
+                Some("org.xlurm.Scheduler1"),
+                last_path.as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "GetAll",
+                &("org.xlurm.Job1",),
+            )
+            .await
+            .is_ok();
+        if !alive {
             break;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let retired = t0.elapsed();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let rss = rss_mib(child.id());
     println!(
-        "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB)",
+        "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB; all retired {:.1} s after the last cancel)",
         ids.len(),
-        rss
+        rss,
+        retired.as_secs_f64()
     );
     let _ = child.kill();
     let _ = child.wait();

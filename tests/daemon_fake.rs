@@ -312,6 +312,12 @@ async fn a_restarted_daemon_readopts_harvests_and_marks_lost() {
     let (_d2, _c2) = daemon(&e).await;
     let job = wait_state(&c, a, "FAILED").await;
     assert_eq!(get::<i32>(&job, "exit_code"), Some(5));
+    // Its unit is collected once the result is recorded (failed: reset).
+    let t0 = Instant::now();
+    while e.fake.is_loaded(&format!("xlurm-job-{a}.service")) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "unit not collected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let job = wait_state(&c, b, "LOST").await;
     assert!(get_str(&job, "detail").contains("vanished"));
     // The queued job survived and starts once the others freed the CPUs.

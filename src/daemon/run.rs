@@ -247,6 +247,7 @@ async fn run(o: Options) -> Result<(), Refusal> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // Let launches in flight reach systemd before exiting.
     daemon.stop_launching(Duration::from_secs(10)).await;
+    daemon.collect_ended().await;
     tracing::info!("stopping; running jobs keep running under systemd");
     Ok(())
 }

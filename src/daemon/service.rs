@@ -19,6 +19,10 @@ use tokio::sync::{Mutex, Notify};
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;
 
+/// How long collecting ended jobs' units waits for the starts of the jobs
+/// that take their place.
+const COLLECT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub fn now_usec() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -128,6 +132,9 @@ pub struct Daemon {
     reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
     /// Launching jobs whose unit signalled meanwhile: read once launched.
     signalled: std::sync::Mutex<std::collections::HashSet<JobId>>,
+    /// Units of ended jobs (and their ActiveState when known) to collect
+    /// once the jobs started in their place reached systemd (see `finalize`).
+    uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
 }
 
 /// A page of a job's output (see `Daemon::read_log`).
@@ -305,6 +312,7 @@ impl Daemon {
             stopping: std::sync::atomic::AtomicBool::new(false),
             reconciling: std::sync::Mutex::new(HashMap::new()),
             signalled: std::sync::Mutex::new(std::collections::HashSet::new()),
+            uncollected: std::sync::Mutex::new(Vec::new()),
         });
         (d, rx)
     }
@@ -571,11 +579,15 @@ impl Daemon {
     pub async fn schedule(self: &Arc<Self>) {
         let mut st = self.state.lock().await;
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            drop(st);
+            self.collect_ended().await;
             return;
         }
         let now = now_usec();
         let starts = st.sched.schedule(now / 1_000_000);
         if starts.is_empty() {
+            drop(st);
+            self.collect_ended().await;
             return;
         }
         let mut started = Vec::with_capacity(starts.len());
@@ -609,10 +621,34 @@ impl Daemon {
         }
         drop(st);
         // Launch concurrently: each waits for systemd on its own.
+        let mut launches = Vec::with_capacity(started.len());
         for job in started {
             self.changed(job.id, JobState::Running);
             let d = self.clone();
-            tokio::spawn(async move { d.launch(job).await });
+            launches.push(tokio::spawn(async move { d.launch(job).await }));
+        }
+        // Then collect the units of the jobs that ended: systemd runs queued
+        // jobs in turn, and stopping those first would delay these starts.
+        let d = self.clone();
+        tokio::spawn(async move {
+            let all = async {
+                for l in launches {
+                    let _ = l.await;
+                }
+            };
+            let _ = tokio::time::timeout(COLLECT_WAIT, all).await;
+            d.collect_ended().await;
+        });
+    }
+
+    /// Collects the units of jobs whose end is recorded (see `finalize`).
+    pub async fn collect_ended(&self) {
+        let units = match self.uncollected.lock() {
+            Ok(mut u) => std::mem::take(&mut *u),
+            Err(_) => return,
+        };
+        for (unit, active_state) in units {
+            self.systemd.collect(&unit, active_state.as_deref()).await;
         }
     }
 
@@ -789,8 +825,11 @@ impl Daemon {
             .await;
     }
 
-    /// Records a final state, frees the job's resources and collects its unit
-    /// (`unit_state`: its ActiveState when known, see [`Systemd::collect`]).
+    /// Records a final state, frees the job's resources and has its unit
+    /// collected (`unit_state`: its ActiveState when known, see
+    /// [`Systemd::collect`]). The unit keeps the job's result until then
+    /// (`RemainAfterExit=yes`), so a crash in between loses nothing: the
+    /// next start collects it (`readopt`).
     async fn finalize(
         &self,
         id: JobId,
@@ -818,9 +857,13 @@ impl Daemon {
         drop(st);
         tracing::info!(job = id, "job {id} {}: {why}", state.name());
         self.changed(id, state);
-        self.kick.notify_one();
         let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
-        self.systemd.collect(&job.unit(), unit_state).await;
+        // Collected by the scheduling pass this wakes, once the jobs it
+        // starts in this one's place reached systemd.
+        if let Ok(mut u) = self.uncollected.lock() {
+            u.push((job.unit(), unit_state.map(str::to_string)));
+        }
+        self.kick.notify_one();
     }
 
     /// Reads job `id`'s unit and records its end if it finished.
@@ -1045,6 +1088,23 @@ impl Daemon {
     /// of the state directory, say).
     pub async fn readopt(&self) -> Result<()> {
         let loaded = self.systemd.list("xlurm-job-*.service").await?;
+        // Units of jobs whose end was recorded but that were not collected
+        // before the daemon stopped.
+        {
+            let st = self.state.lock().await;
+            if let Ok(mut u) = self.uncollected.lock() {
+                u.extend(
+                    loaded
+                        .iter()
+                        .filter(|unit| {
+                            Job::id_from_unit(unit)
+                                .and_then(|id| st.find(id))
+                                .is_some_and(|f| f.state().is_final())
+                        })
+                        .map(|unit| (unit.clone(), None)),
+                );
+            }
+        }
         if let Some(max) = loaded.iter().filter_map(|u| Job::id_from_unit(u)).max() {
             let mut st = self.state.lock().await;
             if st.next_id <= max {

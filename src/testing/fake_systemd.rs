@@ -501,6 +501,11 @@ impl FakeSystemd {
             .await;
     }
 
+    /// Whether systemd (the double) still has `unit` loaded.
+    pub fn is_loaded(&self, unit: &str) -> bool {
+        self.shared.lock().is_ok_and(|s| s.units.contains_key(unit))
+    }
+
     /// Forgets a unit without a trace, as a reboot would.
     pub async fn vanish(&self, name: &str) {
         self.remove(name).await;
