@@ -248,35 +248,46 @@ async fn main() {
         t.await.unwrap();
     }
     // Objects linger 1 s here, then jobs are kept in brief; the 5 s tick
-    // hands freed memory back (State::trim). Measure once the last job's
-    // object is gone (the last to retire) and a tick has passed since.
-    let last = ids.iter().max().copied().unwrap_or(0);
-    let last_path = format!("/org/xlurm/Scheduler1/job/{last}");
+    // hands freed memory back (State::trim). Measure once no job object is
+    // left on the bus and a tick has passed since.
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(120) {
-        let alive = conn
-            .call_method(
-                Some("org.xlurm.Scheduler1"),
-                last_path.as_str(),
-                Some("org.freedesktop.DBus.Properties"),
-                "GetAll",
-                &("org.xlurm.Job1",),
-            )
+    let mut left = String::from("?");
+    while t0.elapsed() < Duration::from_secs(30) {
+        let objects = zbus::fdo::IntrospectableProxy::builder(&conn)
+            .destination("org.xlurm.Scheduler1")
+            .path("/org/xlurm/Scheduler1/job")
+            .build()
             .await
-            .is_ok();
-        if !alive {
-            break;
+            .unwrap()
+            .introspect()
+            .await
+            .map(|xml| xml.matches("<node name=").count());
+        match objects {
+            Ok(0) | Err(zbus::fdo::Error::UnknownObject(_)) => {
+                left = "0".into();
+                break;
+            }
+            Ok(n) => left = n.to_string(),
+            Err(e) => left = format!("? ({e})"),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let retired = t0.elapsed();
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Then one trim tick (5 s); the figures after show whether more comes back.
+    let mut trail = Vec::new();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        trail.push(format!("{:.1}", rss_mib(child.id())));
+    }
     let rss = rss_mib(child.id());
     println!(
-        "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB; all retired {:.1} s after the last cancel)",
+        "  (job objects left: {left} after {:.1} s; RSS every 6 s after: {} MiB)",
+        t0.elapsed().as_secs_f64(),
+        trail.join(", ")
+    );
+    println!(
+        "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB)",
         ids.len(),
-        rss,
-        retired.as_secs_f64()
+        rss
     );
     let _ = child.kill();
     let _ = child.wait();
