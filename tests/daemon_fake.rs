@@ -486,13 +486,47 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
     e.recheck = Duration::from_secs(3600);
     let (_d, _c) = daemon(&e).await;
     let c = client(&e).await;
+    // Job objects' PropertiesChanged, watched from before the jobs exist.
+    let watcher = e.bus.connect().await.unwrap();
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface("org.freedesktop.DBus.Properties")
+        .member("PropertiesChanged")
+        .path_namespace("/org/xlurm/Scheduler1/job")
+        .build()
+        .unwrap();
+    let mut signals = zbus::MessageStream::for_match_rule(rule, &watcher, None)
+        .await
+        .unwrap();
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(c.submit(spec(&["/bin/x"])).await.unwrap().0);
     }
-    for (n, &id) in ids.iter().enumerate() {
+    let unit = |id: u64| format!("xlurm-job-{id}.service");
+    for &id in &ids {
         wait_state(&c, id, "RUNNING").await;
-        let serial = n as u32 + 1;
+        // The double numbers units in the order it was asked to start them
+        // (launches run concurrently: not necessarily the jobs' order).
+        let t0 = Instant::now();
+        let serial = loop {
+            let pos = e
+                .fake
+                .shared
+                .lock()
+                .unwrap()
+                .started
+                .iter()
+                .position(|r| r.name == unit(id));
+            if let Some(pos) = pos {
+                break pos as u32 + 1;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{} never started",
+                unit(id)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         let want: String = xlurm::testing::fake_systemd::invocation_of(serial)
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -505,8 +539,28 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // ... and the job's object said so.
+        let path = format!("/org/xlurm/Scheduler1/job/{id}");
+        loop {
+            use futures_util::StreamExt;
+            let msg = tokio::time::timeout(Duration::from_secs(5), signals.next())
+                .await
+                .unwrap_or_else(|_| panic!("no InvocationId change signalled for {id}"))
+                .unwrap()
+                .unwrap();
+            if msg.header().path().map(|p| p.as_str()) != Some(path.as_str()) {
+                continue;
+            }
+            type Changed = (String, HashMap<String, zbus::OwnedVariant>, Vec<String>);
+            let (_, changed, _): Changed = msg.body().deserialize().unwrap();
+            let said = changed
+                .get("InvocationId")
+                .and_then(|v| String::try_from(v.try_clone().unwrap()).ok());
+            if said.as_deref() == Some(want.as_str()) {
+                break;
+            }
+        }
     }
-    let unit = |id: u64| format!("xlurm-job-{id}.service");
     e.fake.finish(&unit(ids[0]), 0).await;
     e.fake.finish(&unit(ids[1]), 7).await;
     let done = wait_state(&c, ids[0], "COMPLETED").await;

@@ -203,6 +203,22 @@ impl JobObject {
     }
 }
 
+/// Signals that job `id`'s unit invocation became known (it runs).
+pub async fn invocation_known(conn: &Connection, id: JobId) {
+    let path = job_path(id);
+    if let Ok(iface) = conn
+        .object_server()
+        .interface::<_, JobObject>(path.as_str())
+        .await
+    {
+        let _ = iface
+            .get()
+            .await
+            .invocation_id_changed(iface.signal_emitter())
+            .await;
+    }
+}
+
 /// Publishes, updates and retires job objects as jobs change state.
 pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state: JobState) {
     let path = job_path(id);

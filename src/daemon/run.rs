@@ -2,7 +2,7 @@
 
 use super::api::{SchedulerApi, BUS_NAME, PATH};
 use super::outcome::Verdict;
-use super::service::{Daemon, Settings, State};
+use super::service::{Change, Daemon, Settings, State};
 use super::store::Store;
 use super::systemd::Systemd;
 use super::unit::UnitSettings;
@@ -390,7 +390,14 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             super::job_object::on_change(&conn, &daemon, id, state).await;
         }
         tasks.push(tokio::spawn(async move {
-            while let Some((id, state)) = changes.recv().await {
+            while let Some((id, change)) = changes.recv().await {
+                let state = match change {
+                    Change::State(state) => state,
+                    Change::Invocation => {
+                        super::job_object::invocation_known(&conn, id).await;
+                        continue;
+                    }
+                };
                 if state.is_final() {
                     // A job that ended before it started (cancelled) lets go of its output file.
                     if d.outputs.lock().await.remove(&id).is_some() {

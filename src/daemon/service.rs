@@ -117,8 +117,8 @@ pub struct Daemon {
     pub systemd: Systemd,
     /// Wakes the scheduling loop.
     pub kick: Notify,
-    /// Tells the API layer which jobs changed state (for signals).
-    pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, JobState)>,
+    /// Tells the API layer what changed about which job (for signals).
+    pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
     /// The accelerator backends in use and the devices they found.
     pub accel: Vec<crate::accel::Active>,
     /// `--output` descriptors of jobs whose copy has not started (see `output`).
@@ -135,6 +135,15 @@ pub struct Daemon {
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
+}
+
+/// What changed about a job, for the API layer's signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// It is in this state now.
+    State(JobState),
+    /// Its unit's invocation became known (it started running).
+    Invocation,
 }
 
 /// A page of a job's output (see `Daemon::read_log`).
@@ -297,7 +306,7 @@ impl Daemon {
         accel: Vec<crate::accel::Active>,
     ) -> (
         Arc<Daemon>,
-        tokio::sync::mpsc::UnboundedReceiver<(JobId, JobState)>,
+        tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let d = Arc::new(Daemon {
@@ -318,7 +327,7 @@ impl Daemon {
     }
 
     fn changed(&self, id: JobId, state: JobState) {
-        let _ = self.changes.send((id, state));
+        let _ = self.changes.send((id, Change::State(state)));
     }
 
     /// Queues jobs for `uid`. All specs are checked before any is queued.
@@ -920,6 +929,18 @@ impl Daemon {
                     j.invocation_id.clone(),
                     j.alloc.as_ref().map(|a| a.mem_bytes),
                 ),
+                // Its end is recorded, but stopping its exited unit had to
+                // SIGKILL what the job left behind, which leaves the unit
+                // failed: let systemd forget it.
+                Some(j)
+                    if j.state.is_final()
+                        && ended.as_ref().is_some_and(|u| u.active_state == "failed") =>
+                {
+                    let unit = j.unit();
+                    drop(st);
+                    self.systemd.reset_failed(&unit).await;
+                    return;
+                }
                 _ => return,
             }
         };
@@ -993,6 +1014,7 @@ impl Daemon {
                 j.invocation_id = invocation;
                 // It started: its environment is no longer needed.
                 j.command.env = None;
+                let _ = self.changes.send((id, Change::Invocation));
             }
         }
     }

@@ -2,7 +2,7 @@
 # An admin stopping a job's unit behind xlurm's back (systemctl stop xlurm-job-N): the
 # job ends CANCELLED with a detail saying it was stopped outside xlurm, its resources
 # are freed, and the next job runs.
-# timeout: 120
+# timeout: 180
 set -euo pipefail
 . "$XLURM_VM_LIB"
 need_bin xlurmd
@@ -34,3 +34,14 @@ q() { journalctl --output=json --no-pager --quiet --lines=1 --since="$since" "UN
 [ -n "$(q "xlurm-job-$id.service")" ] || fail "no 'Starting' entry for xlurm-job-$id.service: journal.rs unit_started() would start a stopped job again"
 [ -z "$(q xlurm-job-999999.service)" ] || fail "entries for a unit that never existed: the match in journal.rs unit_started() is too wide"
 note "ok"
+
+# A job that exits 0 leaving a process that ignores SIGTERM: xlurm records
+# COMPLETED, then stopping the exited unit has to SIGKILL the leftover after
+# TimeoutStopSec (10 s), which leaves the unit failed; xlurmd resets it.
+check "a leftover that ignores SIGTERM is killed and its unit does not stay failed"
+out=$(as_user alice xbatch -n xlurm-26b --wrap '(trap "" TERM; exec sleep 1001) & exit 0' 2>&1)
+id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
+wait_for "[ \"\$(field $id state)\" = COMPLETED ]" 60
+wait_for "! pgrep -u alice -f 'sleep 1001' >/dev/null" 60
+wait_for "[ \"\$(unit_prop xlurm-job-$id.service LoadState)\" = not-found ]" 30
+assert_eq "" "$(systemctl list-units --failed --plain --no-legend "xlurm-job-$id.service")" "no failed unit left"
