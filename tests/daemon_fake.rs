@@ -276,14 +276,27 @@ async fn cancel_stops_the_unit_and_pending_jobs_leave_the_queue() {
     c.cancel(running).await.unwrap();
     let job = wait_state(&c, running, "CANCELLED").await;
     assert_eq!(get::<i32>(&job, "exit_code"), Some(130));
-    assert!(e
-        .fake
-        .shared
-        .lock()
-        .unwrap()
-        .stopped
-        .contains(&format!("xlurm-job-{running}.service")));
+    assert!(e.fake.was_stopped(&format!("xlurm-job-{running}.service")));
     assert!(error_name(c.cancel(running).await.unwrap_err()).contains("WrongState"));
+}
+
+/// A job cancelled while systemd is still creating its unit (the stop finds
+/// no unit yet) is stopped once the unit exists, not left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_during_the_launch_stops_the_unit_once_it_exists() {
+    let e = env(Mode::Instant).await;
+    e.fake.shared.lock().unwrap().start_delay = Duration::from_millis(500);
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/x"])).await.unwrap();
+    wait_state(&c, id, "RUNNING").await;
+    assert!(
+        !e.fake.is_loaded(&format!("xlurm-job-{id}.service")),
+        "the unit exists already: the test misses the window"
+    );
+    c.cancel(id).await.unwrap();
+    wait_state(&c, id, "CANCELLED").await;
+    assert!(e.fake.was_stopped(&format!("xlurm-job-{id}.service")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -721,7 +721,21 @@ impl Daemon {
             // From here on the unit's signals tell how it goes (run.rs).
             Ok(_) => {
                 tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
-                if signalled {
+                // Cancelled while systemd was creating the unit: that stop
+                // found no unit, so stop it now.
+                let cancelled = self
+                    .state
+                    .lock()
+                    .await
+                    .jobs
+                    .get(&job.id)
+                    .is_some_and(|j| j.cancel_requested_by.is_some());
+                if cancelled {
+                    if let Err(e) = self.systemd.stop(&job.unit()).await {
+                        tracing::warn!(job = job.id, "stopping {}: {e}", job.unit());
+                    }
+                }
+                if signalled || cancelled {
                     self.reconcile(job.id).await;
                 }
             }

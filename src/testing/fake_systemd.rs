@@ -39,6 +39,9 @@ pub struct Shared {
     pub lose_starts: usize,
     /// GetUnit calls per unit name: how often xlurmd read a unit whole.
     pub get_unit_calls: HashMap<String, usize>,
+    /// How long StartTransientUnit takes before the unit exists (systemd
+    /// busy, or re-executing).
+    pub start_delay: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -254,6 +257,14 @@ impl FakeSystemd {
         properties: Vec<(String, OwnedVariant)>,
     ) -> zbus::fdo::Result<OwnedObjectPath> {
         let fail = |e: String| zbus::fdo::Error::Failed(e);
+        let delay = self
+            .shared
+            .lock()
+            .map(|s| s.start_delay)
+            .unwrap_or_default();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let props: HashMap<String, OwnedVariant> = properties.into_iter().collect();
         let serial = {
             let mut shared = self.shared.lock().map_err(|_| fail("poisoned".into()))?;
@@ -499,6 +510,13 @@ impl FakeSystemd {
         };
         self.set_state(name, active, sub, Some((result, 1, status)))
             .await;
+    }
+
+    /// Whether xlurmd asked the double to stop `unit`.
+    pub fn was_stopped(&self, unit: &str) -> bool {
+        self.shared
+            .lock()
+            .is_ok_and(|s| s.stopped.iter().any(|u| u == unit))
     }
 
     /// Whether systemd (the double) still has `unit` loaded.
