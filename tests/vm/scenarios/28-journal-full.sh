@@ -30,9 +30,12 @@ pad=$(printf '%0100d' 0)
 out=$(as_user alice xbatch -g 0 -n xlurm-28-big --wrap "seq -f 'big %g $pad' 1 30000; echo last-line" 2>&1)
 id=$(echo "$out" | awk '/Submitted batch job/ {print $4}')
 [ -n "$id" ] || fail "no job ID in: $out"
-wait_for "xlurm queue --all --json | grep -q '\"id\": $id,' && ! xlurm queue --json | grep -q '\"id\": $id,'" 240 1
-state=$(xlurm queue "$id" --json | grep -o '"state": "[A-Z_]*"' | cut -d'"' -f4)
-code=$(xlurm queue "$id" --json | grep -o '"exit_code": [0-9-]*' | awk '{print $2}')
+# Until the job has ended (its own record says so).
+job_state() { xlurm queue "$id" --json 2>/dev/null | grep -o '"state": "[A-Z_]*"' | cut -d'"' -f4; }
+wait_for "case \$(job_state) in PENDING|RUNNING|'') false;; *) true;; esac" 240 1
+json=$(xlurm queue "$id" --json 2>&1) || fail "xlurm queue $id --json failed: $json; xlurmd: $(systemctl show -p ActiveState,NRestarts xlurmd | tr '\n' ' ')"
+state=$(echo "$json" | grep -o '"state": "[A-Z_]*"' | cut -d'"' -f4 || true)
+code=$(echo "$json" | grep -o '"exit_code": [0-9-]*' | awk '{print $2}' || true)
 assert_eq COMPLETED "$state" "the job's state, with its output rotated away"
 assert_eq 0 "$code" "its exit code"
 note "journal now: $(journalctl --disk-usage 2>&1)"
