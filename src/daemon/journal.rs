@@ -90,9 +90,29 @@ pub struct Source {
 /// Reads up to `max` entries of a job's output after `cursor` (from the start if empty).
 pub async fn read(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     if native(&src.journalctl, src.user_mode) {
-        let (src, cursor) = (src.clone(), cursor.to_string());
-        return blocking(move || read_native(&src, &cursor, max)).await;
+        let (owned, at) = (src.clone(), cursor.to_string());
+        // journald may rotate or delete files while they are read (seen in
+        // the VM, VM 28): a fresh look at the journal usually succeeds, and
+        // journalctl is the last resort.
+        match blocking(move || {
+            read_native(&owned, &at, max).or_else(|first| {
+                tracing::debug!("reading the journal in-process: {first:#}; once more");
+                read_native(&owned, &at, max)
+            })
+        })
+        .await
+        {
+            Ok(page) => return Ok(page),
+            Err(e) => {
+                tracing::warn!("reading the journal in-process: {e:#}; asking journalctl")
+            }
+        }
     }
+    read_journalctl(src, cursor, max).await
+}
+
+/// `read`, through `journalctl`.
+async fn read_journalctl(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     let (id, unit, user_mode) = (src.id, src.unit.as_str(), src.user_mode);
     let mut cmd = tokio::process::Command::new(&src.journalctl);
     cmd.args(["--output=json", "--no-pager", "--quiet"]);
