@@ -941,6 +941,38 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_whose_output_reader_goes_away_cancels_its_job() {
+    // `xrun ... | head -1`: head exits, xrun's next write fails (EPIPE).
+    let t = lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"a line"}"#),
+        0,
+    )
+    .await;
+    let mut xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["--user", "run", "--", "/bin/sleep", "60"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(xrun.stdout.take());
+    let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(stderr.contains("output was closed"), "{stderr}");
+    let listed = cli_json(&t.e, &["queue", "--all", "--json"]);
+    let id = listed[0]["id"].as_u64().unwrap();
+    wait_state(&t.c, id, "CANCELLED").await;
+    assert!(
+        t.e.fake.was_stopped(&format!("xlurm-job-{id}.service")),
+        "the job's unit was stopped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_journald_rotated_away_is_reported_not_silently_missing() {
     // The journal's oldest entry is younger than the job: its first lines are gone.
     let t = lost_starts(

@@ -300,6 +300,15 @@ async fn submit_with_output(
     }
 }
 
+/// `eprintln!` that cannot panic: xrun ignores SIGPIPE, and its stderr may
+/// be a pipe whose reader is gone (`xrun ... 2>&1 | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn stamp() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
@@ -321,6 +330,13 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         .transpose()?;
     // Subscribe before submitting, so no state change is missed.
     let mut changes = p.receive_job_state_changed().await?;
+    // A closed stdout (`xrun ... | head`) must not kill xrun silently and
+    // leave its job running unseen: writes then fail with EPIPE, and xrun
+    // cancels the job like a shell pipeline's writer that dies of SIGPIPE.
+    // SAFETY: changes only this signal's disposition, to ignore.
+    unsafe {
+        nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_IGN);
+    }
     let (id, _) = submit_with_output(&p, spec, output, user).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -329,24 +345,32 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
-    let mut stream = LogStream {
-        cursor: String::new(),
-        warned: false,
-    };
+    let mut stream = LogStream::default();
     loop {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
         let state = get_str(&job, "state");
         if get::<u64>(&job, "start_time").unwrap_or(0) > 0 && state == "RUNNING" {
             if !said_started {
-                eprintln!("[{}] job {id}: Task started.", stamp());
+                say!("[{}] job {id}: Task started.", stamp());
                 said_started = true;
             }
             stream.pump(&p, id, user).await?;
+            if stream.closed {
+                say!(
+                    "[{}] job {id}: xrun's output was closed (its reader went away); cancelling...",
+                    stamp()
+                );
+                if let Err(e) = p.cancel(id).await {
+                    say!("xrun: cancelling job {id}: {}", explain(e, user));
+                }
+                // What a shell reports for a writer killed by SIGPIPE.
+                return Ok(128 + nix::libc::SIGPIPE);
+            }
         }
         match state.as_str() {
             "PENDING" => {
                 if !said_waiting && t0.elapsed() > Duration::from_secs(1) {
-                    eprintln!(
+                    say!(
                         "[{}] job {id}: Waiting for resources... {}",
                         stamp(),
                         get_str(&job, "reason")
@@ -356,13 +380,13 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
             }
             "RUNNING" => {
                 if !said_started {
-                    eprintln!("[{}] job {id}: Task started.", stamp());
+                    say!("[{}] job {id}: Task started.", stamp());
                     said_started = true;
                 }
             }
             _ => {
                 if !said_started && get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
-                    eprintln!("[{}] job {id}: Task started.", stamp());
+                    say!("[{}] job {id}: Task started.", stamp());
                 }
                 if get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
                     stream.drain(&p, id, user).await?;
@@ -372,9 +396,9 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 if state != "COMPLETED" && state != "FAILED"
                     || !detail.is_empty() && state == "FAILED"
                 {
-                    eprintln!("[{}] job {id}: {state}: {detail}", stamp());
+                    say!("[{}] job {id}: {state}: {detail}", stamp());
                 } else {
-                    eprintln!("[{}] job {id}: {state} (exit {code})", stamp());
+                    say!("[{}] job {id}: {state} (exit {code})", stamp());
                 }
                 return Ok(code);
             }
@@ -404,10 +428,14 @@ async fn wait_for_change(changes: &mut super::client::JobStateChangedStream, id:
 }
 
 /// Streams a job's output to stdout, page by page.
+#[derive(Default)]
 struct LogStream {
     cursor: String,
     /// Whether the "rotated away" warning was printed.
     warned: bool,
+    /// Whether stdout was closed by its reader (EPIPE; only where SIGPIPE
+    /// is ignored, as in xrun): nothing more is written.
+    closed: bool,
 }
 
 impl LogStream {
@@ -425,7 +453,7 @@ impl LogStream {
             .map_err(|e| explain(e, user))?;
         if missing_before > 0 && !self.warned {
             self.warned = true;
-            eprintln!(
+            say!(
                 "xlurm: job {id}'s output from before {} is no longer in the journal: \
                  journald rotated it away to stay within its size limits \
                  (admins: journalctl --disk-usage, SystemMaxUse= in journald.conf; \
@@ -435,10 +463,13 @@ impl LogStream {
         }
         self.cursor = cursor;
         let mut out = std::io::stdout().lock();
-        for l in &lines {
-            let _ = writeln!(out, "{l}");
+        let written = lines
+            .iter()
+            .try_for_each(|l| writeln!(out, "{l}"))
+            .and_then(|()| out.flush());
+        if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            self.closed = true;
         }
-        let _ = out.flush();
         Ok((lines.len(), state))
     }
 
@@ -448,17 +479,17 @@ impl LogStream {
         // The job's unit has been harvested by now, and journald has read the
         // job's stream to its end: read until a page comes back empty.
         let t0 = Instant::now();
-        while self.pump(p, id, user).await?.0 > 0 && t0.elapsed() < Duration::from_secs(30) {}
+        while !self.closed
+            && self.pump(p, id, user).await?.0 > 0
+            && t0.elapsed() < Duration::from_secs(30)
+        {}
         Ok(())
     }
 }
 
 async fn log(a: LogArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
-    let mut stream = LogStream {
-        cursor: String::new(),
-        warned: false,
-    };
+    let mut stream = LogStream::default();
     loop {
         let (n, state) = stream.pump(&p, a.id, user).await?;
         let done = !matches!(state.as_str(), "PENDING" | "RUNNING");
@@ -476,9 +507,9 @@ async fn log(a: LogArgs, user: bool) -> Result<i32> {
 }
 
 async fn cancel_for_exit(p: &SchedulerProxy<'_>, id: u64, user: bool) {
-    eprintln!("[{}] job {id}: cancelling...", stamp());
+    say!("[{}] job {id}: cancelling...", stamp());
     if let Err(e) = p.cancel(id).await {
-        eprintln!("xrun: cancelling job {id}: {}", explain(e, user));
+        say!("xrun: cancelling job {id}: {}", explain(e, user));
     }
 }
 
