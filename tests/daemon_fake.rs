@@ -112,7 +112,7 @@ fn error_name(e: zbus::Error) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     let e = env(Mode::Run).await;
-    let (_d, _c) = daemon(&e).await;
+    let (d, _c) = daemon(&e).await;
     let c = client(&e).await;
     let mut s = spec(&["/bin/sh", "-c", "exit 3"]);
     s.extend([
@@ -131,6 +131,18 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     let job = wait_state(&c, id, "FAILED").await;
     assert_eq!(get::<i32>(&job, "exit_code"), Some(3));
     assert_eq!(get_str(&job, "alloc_cpus"), "0-1");
+    // Its unit, which kept its result, goes only once the end is on disk
+    // (no start followed to sync it on the way).
+    let unit = format!("xlurm-job-{id}.service");
+    let t0 = Instant::now();
+    while e.fake.is_loaded(&unit) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{unit} never collected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(d.daemon.state.lock().await.store.is_synced());
     let shared = e.fake.shared.lock().unwrap();
     let rec = shared
         .started

@@ -656,6 +656,20 @@ impl Daemon {
             Ok(mut u) => std::mem::take(&mut *u),
             Err(_) => return,
         };
+        if units.is_empty() {
+            return;
+        }
+        // Their ends must be on disk before their units, which hold them too, go.
+        if let Err(e) = self.state.lock().await.store.sync() {
+            tracing::error!(
+                "syncing the job log failed; leaving {} ended jobs' units uncollected: {e:#}",
+                units.len()
+            );
+            if let Ok(mut u) = self.uncollected.lock() {
+                u.extend(units);
+            }
+            return;
+        }
         for (unit, active_state) in units {
             self.systemd.collect(&unit, active_state.as_deref()).await;
         }
@@ -874,7 +888,16 @@ impl Daemon {
         job.outcome = Some(outcome);
         let job = job.clone();
         st.sched.finish(id);
-        if let Err(e) = st.store.save([&job]) {
+        // A unit left to collect keeps the job's result until the record is
+        // durable: it is synced with the next start's record (one fsync on
+        // the way from a job's end to the next job's start) or before the
+        // unit is collected (`collect_ended`). Without one, sync now.
+        let recorded = if unit_state.is_some() {
+            st.store.append([&job])
+        } else {
+            st.store.save([&job])
+        };
+        if let Err(e) = recorded {
             tracing::error!(job = id, "recording the final state failed: {e:#}");
         }
         drop(st);

@@ -32,6 +32,8 @@ pub struct Store {
     lines: usize,
     /// Where each job's current record is: offset and length (with its newline).
     at: HashMap<JobId, (u64, u32)>,
+    /// Records were appended since the log was last synced ([`Store::append`]).
+    unsynced: bool,
 }
 
 /// What was found on disk at start.
@@ -102,6 +104,7 @@ impl Store {
             len,
             lines: at.len(),
             at,
+            unsynced: false,
         };
         Ok((
             store,
@@ -115,8 +118,34 @@ impl Store {
         ))
     }
 
-    /// Appends records and syncs them to disk before returning.
+    /// Appends records and syncs them (and any appended before) to disk
+    /// before returning.
     pub fn save<'a>(&mut self, jobs: impl IntoIterator<Item = &'a Job>) -> Result<()> {
+        self.write(jobs, true)
+    }
+
+    /// Appends records without waiting for the disk: they are durable after
+    /// the next [`Store::save`] or [`Store::sync`]. For records that something
+    /// else still backs until then (a job's end, kept by its uncollected unit).
+    pub fn append<'a>(&mut self, jobs: impl IntoIterator<Item = &'a Job>) -> Result<()> {
+        self.write(jobs, false)
+    }
+
+    /// Syncs what [`Store::append`] left unsynced.
+    pub fn sync(&mut self) -> Result<()> {
+        if self.unsynced {
+            self.log.sync_data().context("syncing the job log")?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Whether every record appended is on disk.
+    pub fn is_synced(&self) -> bool {
+        !self.unsynced
+    }
+
+    fn write<'a>(&mut self, jobs: impl IntoIterator<Item = &'a Job>, sync: bool) -> Result<()> {
         let mut buf = Vec::new();
         let mut placed = Vec::new();
         for job in jobs {
@@ -127,19 +156,26 @@ impl Store {
             placed.push((job.id, self.len + start as u64, n));
         }
         if placed.is_empty() {
-            return Ok(());
+            return if sync { self.sync() } else { Ok(()) };
         }
         let written = self
             .log
             .write_all(&buf)
             .context("appending to the job log")
-            .and_then(|()| self.log.sync_data().context("syncing the job log"));
+            .and_then(|()| {
+                if sync {
+                    self.log.sync_data().context("syncing the job log")
+                } else {
+                    Ok(())
+                }
+            });
         if let Err(e) = written {
             // A full disk can leave part of the records behind: cut the log
             // back, so it stays whole and the offsets of later records right.
             let _ = self.log.set_len(self.len);
             return Err(e);
         }
+        self.unsynced = !sync;
         self.len += buf.len() as u64;
         self.lines += placed.len();
         for (id, off, n) in placed {
@@ -201,6 +237,7 @@ impl Store {
         self.len = len;
         self.lines = at.len();
         self.at = at;
+        self.unsynced = false;
         Ok(true)
     }
 
@@ -380,6 +417,26 @@ mod tests {
         j.id = id;
         j.command.env = Some(vec!["SECRET=1".into()]);
         j
+    }
+
+    #[test]
+    fn appended_records_are_synced_by_the_next_save_or_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::open(dir.path()).unwrap();
+        s.save([&job(1, JobState::Running)]).unwrap();
+        assert!(s.is_synced());
+        s.append([&job(1, JobState::Completed)]).unwrap();
+        assert!(!s.is_synced());
+        assert_eq!(s.read(1).unwrap().state, JobState::Completed);
+        s.save([&job(2, JobState::Running)]).unwrap();
+        assert!(s.is_synced(), "a save syncs what was appended before it");
+        s.append([&job(2, JobState::Failed)]).unwrap();
+        s.sync().unwrap();
+        assert!(s.is_synced());
+        drop(s);
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert!(loaded.jobs.is_empty());
+        assert!(loaded.ended.contains(1) && loaded.ended.contains(2));
     }
 
     #[test]
