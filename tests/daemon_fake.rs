@@ -656,14 +656,24 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
         !all.contains_key("Argv") && !all.contains_key("Environment"),
         "no command on the public object"
     );
-    // A PropertiesChanged signal carried the state.
+    // One PropertiesChanged per change of state carried the state and what
+    // changed with it, and told that Reason is to be read anew.
     use futures_util::StreamExt;
     let mut saw = Vec::new();
     while let Ok(Some(sig)) = tokio::time::timeout(Duration::from_millis(500), changes.next()).await
     {
         let args = sig.args().unwrap();
-        if let Some(v) = args.changed_properties().get("State") {
-            saw.push(String::try_from(v.try_clone().unwrap()).unwrap());
+        let changed = args.changed_properties();
+        if let Some(v) = changed.get("State") {
+            let state = String::try_from(v.try_clone().unwrap()).unwrap();
+            assert!(changed.contains_key("StartTime"), "{changed:?}");
+            assert_eq!(args.invalidated_properties().as_ref(), ["Reason"]);
+            if state == "FAILED" {
+                let code = changed.get("ExitCode").expect("ExitCode with the end");
+                assert_eq!(i32::try_from(code.try_clone().unwrap()).unwrap(), 4);
+                assert!(changed.contains_key("EndTime") && changed.contains_key("MemoryPeak"));
+            }
+            saw.push(state);
         }
     }
     assert!(saw.contains(&"FAILED".to_string()), "{saw:?}");

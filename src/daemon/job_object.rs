@@ -10,10 +10,11 @@ use super::error::ApiError;
 use super::job::{Job, JobState};
 use super::service::Daemon;
 use crate::core::JobId;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use zbus::message::Header;
-use zbus::Connection;
+use zbus::{Connection, Variant};
 
 /// How long a finished job's object stays on the bus.
 pub const OBJECT_LINGER: Duration = Duration::from_secs(600);
@@ -129,20 +130,7 @@ impl JobObject {
     /// The allocated CPU list, memory nodes and devices once started.
     #[zbus(property)]
     async fn allocated(&self) -> String {
-        self.with(
-            |j| match &j.alloc {
-                Some(a) => format!(
-                    "cpus={} mem_nodes={} devices={}{}",
-                    a.cpus,
-                    a.mem_nodes,
-                    j.devices_allocated().unwrap_or_default(),
-                    if a.spread { " spread" } else { "" }
-                ),
-                None => String::new(),
-            },
-            String::new(),
-        )
-        .await
+        self.with(allocated, String::new()).await
     }
     #[zbus(property(emits_changed_signal = "const"))]
     async fn unit(&self) -> String {
@@ -160,47 +148,73 @@ impl JobObject {
     /// systemd's Result of the unit (`success`, `exit-code`, `oom-kill`, ...).
     #[zbus(property)]
     async fn result(&self) -> String {
-        self.with(
-            |j| {
-                j.outcome
-                    .as_ref()
-                    .map(|o| o.result.clone())
-                    .unwrap_or_default()
-            },
-            String::new(),
-        )
-        .await
+        self.with(|j| outcome(j, |o| o.result.clone()), String::new())
+            .await
     }
     /// How it ended, in one line.
     #[zbus(property)]
     async fn detail(&self) -> String {
-        self.with(
-            |j| {
-                j.outcome
-                    .as_ref()
-                    .map(|o| o.detail.clone())
-                    .unwrap_or_default()
-            },
-            String::new(),
-        )
-        .await
+        self.with(|j| outcome(j, |o| o.detail.clone()), String::new())
+            .await
     }
     #[zbus(property, name = "CPUTimeNSec")]
     async fn cpu_time_nsec(&self) -> u64 {
-        self.with(
-            |j| j.outcome.as_ref().and_then(|o| o.cpu_nsec).unwrap_or(0),
-            0,
-        )
-        .await
+        self.with(|j| outcome(j, |o| o.cpu_nsec.unwrap_or(0)), 0)
+            .await
     }
     #[zbus(property)]
     async fn memory_peak(&self) -> u64 {
-        self.with(
-            |j| j.outcome.as_ref().and_then(|o| o.memory_peak).unwrap_or(0),
-            0,
-        )
-        .await
+        self.with(|j| outcome(j, |o| o.memory_peak.unwrap_or(0)), 0)
+            .await
     }
+}
+
+/// The `Allocated` property.
+fn allocated(j: &Job) -> String {
+    match &j.alloc {
+        Some(a) => format!(
+            "cpus={} mem_nodes={} devices={}{}",
+            a.cpus,
+            a.mem_nodes,
+            j.devices_allocated().unwrap_or_default(),
+            if a.spread { " spread" } else { "" }
+        ),
+        None => String::new(),
+    }
+}
+
+/// A property of how the job ended (its default while it has not).
+fn outcome<T: Default>(j: &Job, f: impl FnOnce(&super::job::Outcome) -> T) -> T {
+    j.outcome.as_ref().map(f).unwrap_or_default()
+}
+
+/// The properties that change as a job moves on, by their names on the bus,
+/// with the values the getters give: sent as one PropertiesChanged per
+/// change of state (not one signal per property).
+fn changed_properties(j: &Job) -> HashMap<&'static str, Variant<'static>> {
+    let mut p = HashMap::from([
+        ("State", Variant::from(j.state.name().to_string())),
+        ("StartTime", Variant::from(j.start_usec)),
+        ("Allocated", Variant::from(allocated(j))),
+        ("InvocationId", Variant::from(j.invocation_id.clone())),
+    ]);
+    if j.state.is_final() {
+        p.extend([
+            ("EndTime", Variant::from(j.end_usec)),
+            ("ExitCode", Variant::from(j.exit_code().unwrap_or(-1))),
+            ("Result", Variant::from(outcome(j, |o| o.result.clone()))),
+            ("Detail", Variant::from(outcome(j, |o| o.detail.clone()))),
+            (
+                "CPUTimeNSec",
+                Variant::from(outcome(j, |o| o.cpu_nsec.unwrap_or(0))),
+            ),
+            (
+                "MemoryPeak",
+                Variant::from(outcome(j, |o| o.memory_peak.unwrap_or(0))),
+            ),
+        ]);
+    }
+    p
 }
 
 /// Signals that job `id`'s unit invocation became known (it runs).
@@ -236,19 +250,19 @@ pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state
         return;
     }
     if let Ok(iface) = server.interface::<_, JobObject>(path.as_str()).await {
-        let obj = iface.get().await;
-        let em = iface.signal_emitter();
-        let _ = obj.state_changed(em).await;
-        let _ = obj.start_time_changed(em).await;
-        let _ = obj.allocated_changed(em).await;
-        let _ = obj.invocation_id_changed(em).await;
-        if state.is_final() {
-            let _ = obj.end_time_changed(em).await;
-            let _ = obj.exit_code_changed(em).await;
-            let _ = obj.result_changed(em).await;
-            let _ = obj.detail_changed(em).await;
-            let _ = obj.c_p_u_time_n_sec_changed(em).await;
-            let _ = obj.memory_peak_changed(em).await;
+        let changed = {
+            let st = daemon.state.lock().await;
+            st.jobs.get(&id).map(changed_properties)
+        };
+        if let Some(changed) = changed {
+            // Reason is meaningful only while pending: clients read it anew.
+            let _ = zbus::fdo::Properties::properties_changed(
+                iface.signal_emitter(),
+                zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
+                changed,
+                std::borrow::Cow::Borrowed(&["Reason"]),
+            )
+            .await;
         }
     } else if !state.is_final() {
         let _ = server
