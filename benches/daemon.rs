@@ -33,6 +33,30 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// CPU time (user + system) process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let at = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    at(14) + at(15)
+}
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf only reads a system constant.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
 /// One CPU and max-running 1: one job runs, the rest queue (this measures
 /// the submit path, and a queue of 100,000).
 fn config(state_dir: std::path::PathBuf) -> ServeConfig {
@@ -288,6 +312,35 @@ async fn main() {
         "daemon RSS with {} finished jobs retained:     {:>8.1} MiB (goal < 64 MiB)",
         ids.len(),
         rss
+    );
+
+    // Sustained: each unit exits as soon as it started; one slot.
+    let n = 2_000;
+    fake.shared.lock().unwrap().exit_at_once = true;
+    let cpu0 = cpu_ticks(child.id());
+    let t0 = Instant::now();
+    let ids = c
+        .submit_many((0..n).map(|_| spec()).collect())
+        .await
+        .unwrap();
+    let last = ids.last().copied().unwrap_or(0);
+    loop {
+        let job = c.get_job(last).await.unwrap();
+        let state = job
+            .get("state")
+            .and_then(|v| String::try_from(v.try_clone().ok()?).ok())
+            .unwrap_or_default();
+        if state == "COMPLETED" || t0.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu_ms = (cpu_ticks(child.id()) - cpu0) as f64 * 1000.0 / clk_tck();
+    println!(
+        "sustained, one slot, units that exit at once: {n} jobs in {secs:.2} s = {:>6.0} jobs/s; xlurmd CPU {:.2} ms per job",
+        n as f64 / secs,
+        cpu_ms / n as f64
     );
     let _ = child.kill();
     let _ = child.wait();

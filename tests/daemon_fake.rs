@@ -622,6 +622,31 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
     }
 }
 
+/// Units that end while xlurmd still waits for StartTransientUnit's answer
+/// (their signals arrive before it) are recorded from those signals too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_that_end_before_their_start_is_answered_are_not_read_whole() {
+    let mut e = env(Mode::Instant).await;
+    e.recheck = Duration::from_secs(3600);
+    e.fake.shared.lock().unwrap().exit_at_once = true;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    // In batches of 5 (the pending limit here), 8 running at a time.
+    for _ in 0..6 {
+        let ids = c
+            .submit_many((0..5).map(|_| spec(&["/bin/x"])).collect())
+            .await
+            .unwrap();
+        for &id in &ids {
+            let job = wait_state(&c, id, "COMPLETED").await;
+            assert_eq!(get::<i32>(&job, "exit_code"), Some(0));
+        }
+    }
+    let shared = e.fake.shared.lock().unwrap();
+    let read: Vec<&String> = shared.get_unit_calls.keys().collect();
+    assert!(read.is_empty(), "units read whole: {read:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_has_an_object_whose_properties_follow_it() {
     let e = env(Mode::Run).await;

@@ -130,11 +130,48 @@ pub struct Daemon {
     stopping: std::sync::atomic::AtomicBool,
     /// Jobs whose unit is being read, and whether to read it once more after.
     reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
-    /// Launching jobs whose unit signalled meanwhile: read once launched.
-    signalled: std::sync::Mutex<std::collections::HashSet<JobId>>,
+    /// Launching jobs whose unit signalled meanwhile, with its end if the
+    /// signals told it (else it is read whole): handled once launched.
+    signalled: std::sync::Mutex<HashMap<JobId, Option<UnitStatus>>>,
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
+    /// Submitters' accounts as lately resolved for their units (see `run_as`).
+    accounts: std::sync::Mutex<Recent<RunAs>>,
+}
+
+/// How long a submitter's resolved account serves the next starts.
+const ACCOUNT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Values by uid, each kept for a while after it was looked up.
+pub struct Recent<V> {
+    kept: HashMap<u32, (std::time::Instant, V)>,
+    keep: std::time::Duration,
+}
+
+impl<V: Clone> Recent<V> {
+    pub fn new(keep: std::time::Duration) -> Recent<V> {
+        Recent {
+            kept: HashMap::new(),
+            keep,
+        }
+    }
+
+    /// The value for `uid` if it was put less than `keep` before `now`.
+    pub fn get(&self, uid: u32, now: std::time::Instant) -> Option<V> {
+        self.kept
+            .get(&uid)
+            .filter(|(at, _)| now.saturating_duration_since(*at) < self.keep)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Keeps `v` for `uid` from `now`, and forgets what is too old.
+    pub fn put(&mut self, uid: u32, v: V, now: std::time::Instant) {
+        let keep = self.keep;
+        self.kept
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < keep);
+        self.kept.insert(uid, (now, v));
+    }
 }
 
 /// What changed about a job, for the API layer's signals.
@@ -320,8 +357,9 @@ impl Daemon {
             launching: std::sync::Mutex::new(std::collections::HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             reconciling: std::sync::Mutex::new(HashMap::new()),
-            signalled: std::sync::Mutex::new(std::collections::HashSet::new()),
+            signalled: std::sync::Mutex::new(HashMap::new()),
             uncollected: std::sync::Mutex::new(Vec::new()),
+            accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
         });
         (d, rx)
     }
@@ -675,8 +713,32 @@ impl Daemon {
         }
     }
 
+    /// The submitter `uid`'s account for a unit, resolved at start: looked
+    /// up off the event loop (NSS may block: LDAP, or nss-systemd's varlink
+    /// calls, some answered by systemd itself, which then starts the next
+    /// unit later), and reused for `ACCOUNT_REUSE` so that a burst of starts
+    /// asks once per user, while a changed account or group membership still
+    /// reaches every job started a second later. Failures are not kept.
+    async fn run_as(&self, uid: u32) -> Result<RunAs, String> {
+        let recent = self
+            .accounts
+            .lock()
+            .ok()
+            .and_then(|a| a.get(uid, std::time::Instant::now()));
+        if let Some(r) = recent {
+            return Ok(r);
+        }
+        let r = tokio::task::spawn_blocking(move || resolve_run_as(uid))
+            .await
+            .map_err(|e| format!("looking up uid {uid}: {e}"))??;
+        if let Ok(mut a) = self.accounts.lock() {
+            a.put(uid, r.clone(), std::time::Instant::now());
+        }
+        Ok(r)
+    }
+
     async fn launch(&self, job: Job) {
-        let run_as = match resolve_run_as(job.uid) {
+        let run_as = match self.run_as(job.uid).await {
             Ok(r) => Some(r),
             Err(e) => {
                 self.fail_launch(job.id, format!("cannot resolve the submitter: {e}"))
@@ -749,8 +811,13 @@ impl Daemon {
                         tracing::warn!(job = job.id, "stopping {}: {e}", job.unit());
                     }
                 }
-                if signalled || cancelled {
-                    self.reconcile(job.id).await;
+                match signalled {
+                    Some(Some(ended)) if !cancelled => {
+                        self.reconcile_with(job.id, Some(ended)).await
+                    }
+                    Some(_) => self.reconcile(job.id).await,
+                    None if cancelled => self.reconcile(job.id).await,
+                    None => {}
                 }
             }
             Err(e) => {
@@ -822,12 +889,13 @@ impl Daemon {
     }
 
     /// Job `id` is launched (or failed to): returns whether its unit
-    /// signalled meanwhile, so it should be read now.
-    fn launched(&self, id: JobId) -> bool {
+    /// signalled meanwhile (so it should be handled now), with its end if
+    /// the signals told it.
+    fn launched(&self, id: JobId) -> Option<Option<UnitStatus>> {
         if let Ok(mut l) = self.launching.lock() {
             l.remove(&id);
         }
-        self.signalled.lock().is_ok_and(|mut s| s.remove(&id))
+        self.signalled.lock().ok()?.remove(&id)
     }
 
     /// Stops starting jobs, then waits (up to `limit`) until no launch is in
@@ -903,7 +971,9 @@ impl Daemon {
         drop(st);
         tracing::info!(job = id, "job {id} {}: {why}", state.name());
         self.changed(id, state);
-        let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        if job.command.script.is_some() {
+            let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        }
         // Collected by the scheduling pass this wakes, once the jobs it
         // starts in this one's place reached systemd.
         if let Ok(mut u) = self.uncollected.lock() {
@@ -953,7 +1023,11 @@ impl Daemon {
     async fn reconcile_once(&self, id: JobId, ended: Option<UnitStatus>) {
         if self.is_launching(id) {
             if let Ok(mut s) = self.signalled.lock() {
-                s.insert(id);
+                let seen = s.entry(id).or_default();
+                // An end the signals told is kept over signals that told less.
+                if ended.is_some() {
+                    *seen = ended;
+                }
             }
             return;
         }
@@ -1340,7 +1414,23 @@ fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::transient;
+    use super::{transient, Recent};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_resolved_account_serves_only_within_its_time() {
+        let t0 = Instant::now();
+        let mut r = Recent::new(Duration::from_secs(1));
+        assert_eq!(r.get(1001, t0), None);
+        r.put(1001, "alice", t0);
+        assert_eq!(r.get(1001, t0 + Duration::from_millis(999)), Some("alice"));
+        assert_eq!(r.get(1002, t0), None, "another user's is never given");
+        assert_eq!(r.get(1001, t0 + Duration::from_secs(1)), None, "too old");
+        // Old ones are forgotten as new ones come.
+        r.put(1002, "bob", t0 + Duration::from_secs(2));
+        assert_eq!(r.kept.len(), 1);
+        assert_eq!(r.get(1002, t0 + Duration::from_secs(2)), Some("bob"));
+    }
 
     #[test]
     fn systemd_going_away_is_transient_and_refusals_are_not() {

@@ -7,7 +7,8 @@
 //! one for the Unit interface (`ActiveState`, `SubState`, `InvocationID`,
 //! `Job`), each with all of those properties. In
 //! `Mode::Instant` a unit becomes active at once and runs until stopped
-//! (for benchmarks of xlurmd's own cost).
+//! (for benchmarks of xlurmd's own cost), or, with `Shared::exit_at_once`,
+//! exits 0 right after it started.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,9 @@ pub struct Shared {
     /// How long StartTransientUnit takes before the unit exists (systemd
     /// busy, or re-executing).
     pub start_delay: std::time::Duration,
+    /// Units exit 0 as soon as they have started (in `Mode::Instant`; for
+    /// throughput benchmarks).
+    pub exit_at_once: bool,
 }
 
 #[derive(Clone)]
@@ -322,7 +326,13 @@ impl FakeSystemd {
         // answering calls).
         let me = self.clone();
         let unit = name.clone();
-        tokio::spawn(async move { me.signal(&unit).await });
+        let exit = self.shared.lock().is_ok_and(|s| s.exit_at_once);
+        tokio::spawn(async move {
+            me.signal(&unit).await;
+            if exit {
+                me.finish(&unit, 0).await;
+            }
+        });
         if self.mode == Mode::Run {
             // systemd turns `$$` into `$` when it runs the command.
             let argv: Vec<(String, Vec<String>, bool)> = props
