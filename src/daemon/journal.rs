@@ -251,29 +251,42 @@ pub async fn sync(journalctl: &str) -> Result<()> {
 }
 
 /// When the oldest entry of user `uid` the journal still holds was written
-/// (µs since the epoch; 0 if none). journald files a user's output in that
-/// user's own journal files (`SplitMode=uid`) and deletes the oldest files
-/// first when it reaches its size limits, so that user's output older than
-/// this is gone. (For root, whose entries share the system files with boot
-/// messages, this finds rotation less often: it may under-report, never over.)
+/// (µs since the epoch), if entries before it were deleted; 0 if none is
+/// known lost. journald files a user's output in that user's own journal
+/// files (`SplitMode=uid`) and deletes the oldest files first when it reaches
+/// its size limits, so that user's output older than this is gone. In-process,
+/// the entry journald stored just before it tells whether anything was
+/// deleted (a user's first entry is not a loss); through journalctl this is
+/// not checked. (For root, whose entries share the system files with boot
+/// messages, this finds rotation less often: it may under-report.)
 pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<u64> {
     if native(journalctl, user_mode) {
         let found = blocking(move || {
             let mut j = Journal::open()?;
             j.add_match(&format!("_UID={uid}"))?;
             j.seek_head()?;
-            if j.step()? {
-                j.realtime()
-            } else {
-                Ok(0)
+            if !j.step()? {
+                return Ok(None);
             }
+            let (oldest, cursor) = (j.realtime()?, j.cursor()?);
+            // The user's oldest entry may simply be their first (a new user,
+            // a fresh journal): nothing was lost if the entry journald stored
+            // just before it, whoever wrote it, is still there. A file
+            // journald deleted leaves a gap in the numbers instead.
+            Ok(Some(if nothing_lost_before(&cursor)? {
+                0
+            } else {
+                oldest
+            }))
         })
         .await;
         // In the VM this sometimes found nothing while journald was rotating
         // the files under it (CI, VM 28): then ask journalctl, which did not.
         match found {
-            Ok(t) if t > 0 => return Ok(t),
-            Ok(_) => tracing::debug!("no entry of uid {uid} found in-process; asking journalctl"),
+            Ok(Some(t)) => return Ok(t),
+            Ok(None) => {
+                tracing::debug!("no entry of uid {uid} found in-process; asking journalctl")
+            }
             Err(e) => {
                 tracing::warn!("reading the journal's head in-process: {e:#}; asking journalctl")
             }
@@ -300,6 +313,25 @@ pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<
     let _ = child.start_kill();
     let _ = child.wait().await;
     Ok(first.as_deref().map_or(0, realtime_usec))
+}
+
+/// Whether the journal still holds the entry stored just before the one at
+/// `cursor` (or there never was one).
+fn nothing_lost_before(cursor: &str) -> Result<bool> {
+    let Some((_, seq)) = sd_journal::cursor_seqnum(cursor) else {
+        return Ok(false);
+    };
+    if seq <= 1 {
+        return Ok(true);
+    }
+    let mut all = Journal::open()?;
+    if !all.seek_at(cursor)? || !all.back()? {
+        return Ok(false);
+    }
+    // One count runs through all the files journald writes, though each
+    // file may have its own sequence ID (a user's first file has).
+    let before = all.cursor()?;
+    Ok(sd_journal::cursor_seqnum(&before).map(|(_, n)| n) == Some(seq - 1))
 }
 
 /// The `__REALTIME_TIMESTAMP` of one `journalctl --output=json` entry (0 if none).

@@ -37,6 +37,7 @@ struct Lib {
     seek_cursor: WithCursor,
     test_cursor: WithCursor,
     next: Plain,
+    previous: Plain,
     get_data: GetData,
     get_cursor: GetCursor,
     get_realtime_usec: GetUsec,
@@ -65,6 +66,7 @@ fn load() -> Result<Lib> {
         seek_cursor: sym!("sd_journal_seek_cursor"),
         test_cursor: sym!("sd_journal_test_cursor"),
         next: sym!("sd_journal_next"),
+        previous: sym!("sd_journal_previous"),
         get_data: sym!("sd_journal_get_data"),
         get_cursor: sym!("sd_journal_get_cursor"),
         get_realtime_usec: sym!("sd_journal_get_realtime_usec"),
@@ -186,6 +188,31 @@ impl Journal {
         Ok(())
     }
 
+    /// Positions on the entry at `cursor`; false if it no longer exists.
+    pub fn seek_at(&mut self, cursor: &str) -> Result<bool> {
+        let c = CString::new(cursor).context("a cursor with a NUL byte")?;
+        // SAFETY: `j` is open, `c` a valid C string.
+        check("sd_journal_seek_cursor", unsafe {
+            (self.lib.seek_cursor)(self.j, c.as_ptr())
+        })?;
+        if !self.step()? {
+            return Ok(false);
+        }
+        // SAFETY: as above.
+        let at = check("sd_journal_test_cursor", unsafe {
+            (self.lib.test_cursor)(self.j, c.as_ptr())
+        })?;
+        Ok(at > 0)
+    }
+
+    /// Moves to the previous matching entry; false at the start.
+    pub fn back(&mut self) -> Result<bool> {
+        // SAFETY: `j` is open.
+        Ok(check("sd_journal_previous", unsafe {
+            (self.lib.previous)(self.j)
+        })? > 0)
+    }
+
     /// Moves to the next matching entry; false at the end.
     pub fn step(&mut self) -> Result<bool> {
         // SAFETY: `j` is open.
@@ -237,6 +264,36 @@ impl Journal {
     }
 }
 
+/// The sequence ID and number of the entry at `cursor` (`s=` and `i=`,
+/// hexadecimal): journald numbers every entry it stores, in every file,
+/// one after the other.
+pub fn cursor_seqnum(cursor: &str) -> Option<(&str, u64)> {
+    let field = |k: &str| {
+        cursor
+            .split(';')
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+    };
+    let seq = u64::from_str_radix(field("i")?, 16).ok()?;
+    Some((field("s")?, seq))
+}
+
 fn libc_enoent() -> c_int {
     nix::libc::ENOENT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cursor_seqnum;
+
+    #[test]
+    fn a_cursor_tells_its_entrys_sequence_number() {
+        let c = "s=6d3ac0c1d3b04b7d9b2b8f1c2e1d4a5b;i=1f4;b=0c9d;m=2a;t=5f1;x=77";
+        assert_eq!(
+            cursor_seqnum(c),
+            Some(("6d3ac0c1d3b04b7d9b2b8f1c2e1d4a5b", 0x1f4))
+        );
+        assert_eq!(cursor_seqnum("s=ab;b=cd"), None, "no i=");
+        assert_eq!(cursor_seqnum("s=ab;i=zz"), None, "not hexadecimal");
+        assert_eq!(cursor_seqnum("is=ab;i=2;ss=9"), None, "no s=");
+    }
 }
