@@ -79,6 +79,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
         list_is_public: true,
         journalctl: "journalctl".into(),
         recheck: std::time::Duration::from_secs(5),
+        job_cgroups: None,
     }
 }
 

@@ -78,6 +78,7 @@ async fn main() {
         list_is_public: true,
         journalctl: jctl.to_string_lossy().into_owned(),
         recheck: std::time::Duration::from_secs(5),
+        job_cgroups: None,
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     served.daemon.kick.notify_one();

@@ -24,6 +24,8 @@ struct Env {
     linger: Duration,
     /// How often the daemon checks running jobs' units besides their signals.
     recheck: Duration,
+    /// Where finished units's accounting is read (None: asked of systemd).
+    job_cgroups: Option<std::path::PathBuf>,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -39,6 +41,7 @@ async fn env(mode: Mode) -> Env {
         devices: vec![],
         linger: Duration::from_secs(600),
         recheck: Duration::from_secs(5),
+        job_cgroups: None,
     }
 }
 
@@ -63,6 +66,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         list_is_public: true,
         journalctl: e.journalctl.clone(),
         recheck: e.recheck,
+        job_cgroups: e.job_cgroups.clone(),
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     served.daemon.kick.notify_one();
@@ -523,6 +527,7 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
     let mut signals = zbus::MessageStream::for_match_rule(rule, &watcher, None)
         .await
         .unwrap();
+    let mut said: HashMap<String, Vec<String>> = HashMap::new();
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(c.submit(spec(&["/bin/x"])).await.unwrap().0);
@@ -564,25 +569,22 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // ... and the job's object said so.
+        // ... and the job's object said so (signals of the other jobs' objects
+        // may come first: they are kept for those jobs' turn).
         let path = format!("/org/xlurm/Scheduler1/job/{id}");
-        loop {
+        while !said.get(&path).is_some_and(|v| v.contains(&want)) {
             use futures_util::StreamExt;
             let msg = tokio::time::timeout(Duration::from_secs(5), signals.next())
                 .await
                 .unwrap_or_else(|_| panic!("no InvocationId change signalled for {id}"))
                 .unwrap()
                 .unwrap();
-            if msg.header().path().map(|p| p.as_str()) != Some(path.as_str()) {
-                continue;
-            }
             type Changed = (String, HashMap<String, zbus::OwnedVariant>, Vec<String>);
             let (_, changed, _): Changed = msg.body().deserialize().unwrap();
-            let said = changed
-                .get("InvocationId")
-                .and_then(|v| String::try_from(v.try_clone().unwrap()).ok());
-            if said.as_deref() == Some(want.as_str()) {
-                break;
+            if let (Some(p), Some(v)) = (msg.header().path(), changed.get("InvocationId")) {
+                said.entry(p.to_string())
+                    .or_default()
+                    .push(String::try_from(v.try_clone().unwrap()).unwrap());
             }
         }
     }
@@ -620,6 +622,53 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
             "job {id}'s unit was read whole"
         );
     }
+}
+
+/// systemd before 256 reports no memory peak and removes a unit's cgroup as
+/// soon as its processes are gone: the peak last read from the cgroup of the
+/// running job is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_peak_systemd_does_not_report_is_the_last_one_read_from_the_cgroup() {
+    let mut e = env(Mode::Instant).await;
+    let cgroups = tempfile::tempdir().unwrap();
+    e.job_cgroups = Some(cgroups.path().to_path_buf());
+    e.recheck = Duration::from_millis(100);
+    e.fake.shared.lock().unwrap().no_memory_peak = true;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/x"])).await.unwrap();
+    let unit = format!("xlurm-job-{id}.service");
+    let t0 = Instant::now();
+    while !e.fake.is_loaded(&unit) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{unit} never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let dir = cgroups.path().join(&unit);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("memory.peak"), "9876543\n").unwrap();
+    // A few looks at it while it runs; then the cgroup goes with the job.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    e.fake.finish(&unit, 0).await;
+    let job = wait_state(&c, id, "COMPLETED").await;
+    assert_eq!(get::<u64>(&job, "memory_peak"), Some(9_876_543));
+    assert_eq!(
+        get::<u64>(&job, "cpu_nsec"),
+        Some(1_000_000),
+        "systemd's figure"
+    );
+    // A job too short to be looked at has none: not a made-up one.
+    let (id, _) = c.submit(spec(&["/bin/x"])).await.unwrap();
+    let unit = format!("xlurm-job-{id}.service");
+    while !e.fake.is_loaded(&unit) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    e.fake.finish(&unit, 0).await;
+    let job = wait_state(&c, id, "COMPLETED").await;
+    assert_eq!(get::<u64>(&job, "memory_peak"), None);
 }
 
 /// Units that end while xlurmd still waits for StartTransientUnit's answer

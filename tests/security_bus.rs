@@ -49,6 +49,7 @@ async fn env() -> Env {
         list_is_public: true,
         journalctl: "journalctl".into(),
         recheck: std::time::Duration::from_secs(5),
+        job_cgroups: None,
     };
     let served = serve(&conn, cfg).await.map_err(|r| r.0).unwrap();
     let client = bus.connect().await.unwrap();

@@ -226,6 +226,11 @@ async fn run(o: Options) -> Result<(), Refusal> {
         list_is_public: o.list_is_public,
         journalctl: super::journal::JOURNALCTL.into(),
         recheck: Duration::from_secs(5),
+        // The user manager's slices live under user@UID.service: there the
+        // memory peak comes from systemd alone (256 and later).
+        job_cgroups: (!o.user).then(|| {
+            super::systemd::slice_cgroup(std::path::Path::new("/sys/fs/cgroup"), &o.slice)
+        }),
     };
     let served = serve(&conn, config).await?;
     let daemon = served.daemon.clone();
@@ -272,6 +277,9 @@ pub struct ServeConfig {
     pub journalctl: String,
     /// How often running jobs' units are checked besides their signals.
     pub recheck: Duration,
+    /// The cgroup directory of the jobs' slice, to read running jobs' memory
+    /// peak from (`Daemon::sample_memory_peaks`); `None`: systemd's figure only.
+    pub job_cgroups: Option<PathBuf>,
 }
 
 /// A serving daemon; dropping it stops its tasks (jobs keep running).
@@ -293,16 +301,19 @@ impl Drop for Served {
 pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, Refusal> {
     let mut tasks = Vec::new();
     let conn = conn.clone();
-    let systemd = Systemd::connect(&conn).await.map_err(|e| {
-        Refusal(format!(
-            "{e:#} (is systemd running as the {} manager?)",
-            if cfg.settings_user_mode {
-                "user"
-            } else {
-                "system"
-            }
-        ))
-    })?;
+    let systemd = Systemd::connect(&conn)
+        .await
+        .map_err(|e| {
+            Refusal(format!(
+                "{e:#} (is systemd running as the {} manager?)",
+                if cfg.settings_user_mode {
+                    "user"
+                } else {
+                    "system"
+                }
+            ))
+        })?
+        .with_job_cgroups(cfg.job_cgroups.clone());
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(
             "state directory {}: {e:#}",
@@ -509,7 +520,8 @@ async fn monitor_devices(
 
 /// Reads the units of running jobs that may have ended without xlurmd
 /// hearing it (a signal lost): one listing of all job units, then a read of
-/// each that is not plainly still running.
+/// each that is not plainly still running. Also notes their memory peak so
+/// far (`Daemon::sample_memory_peaks`).
 async fn recheck_running(d: &Arc<Daemon>) {
     let running: Vec<(u64, String)> = {
         let st = d.state.lock().await;
@@ -522,6 +534,7 @@ async fn recheck_running(d: &Arc<Daemon>) {
     if running.is_empty() {
         return;
     }
+    d.sample_memory_peaks(&running);
     let states = d.systemd.states("xlurm-job-*.service").await;
     for (id, unit) in running {
         let busy = match &states {

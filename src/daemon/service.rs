@@ -138,6 +138,9 @@ pub struct Daemon {
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
     /// Submitters' accounts as lately resolved for their units (see `run_as`).
     accounts: std::sync::Mutex<Recent<RunAs>>,
+    /// Running jobs' memory peak as last read from their cgroup, for when
+    /// systemd reports none at the end (see `sample_memory_peaks`).
+    peaks: std::sync::Mutex<HashMap<JobId, u64>>,
 }
 
 /// How long a submitter's resolved account serves the next starts.
@@ -360,6 +363,7 @@ impl Daemon {
             signalled: std::sync::Mutex::new(HashMap::new()),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
+            peaks: std::sync::Mutex::new(HashMap::new()),
         });
         (d, rx)
     }
@@ -713,6 +717,21 @@ impl Daemon {
         }
     }
 
+    /// Reads the memory peak so far of each of `running` (job, unit) from
+    /// its cgroup. systemd before 256 has no `MemoryPeak` and removes a unit's
+    /// cgroup as soon as its processes are gone, so a job's peak is what was
+    /// last read here: exact for a job whose use stopped growing before the
+    /// last look (every `ServeConfig::recheck`), none for one shorter than that.
+    pub fn sample_memory_peaks(&self, running: &[(JobId, String)]) {
+        let seen: Vec<(JobId, u64)> = running
+            .iter()
+            .filter_map(|(id, unit)| Some((*id, self.systemd.memory_peak_now(unit)?)))
+            .collect();
+        if let Ok(mut p) = self.peaks.lock() {
+            p.extend(seen);
+        }
+    }
+
     /// The submitter `uid`'s account for a unit, resolved at start: looked
     /// up off the event loop (NSS may block: LDAP, or nss-systemd's varlink
     /// calls, some answered by systemd itself, which then starts the next
@@ -956,6 +975,9 @@ impl Daemon {
         job.outcome = Some(outcome);
         let job = job.clone();
         st.sched.finish(id);
+        if let Ok(mut p) = self.peaks.lock() {
+            p.remove(&id);
+        }
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the
@@ -1064,7 +1086,10 @@ impl Daemon {
             None => self.systemd.status(&unit).await,
         };
         match read {
-            Ok(Some(status)) => {
+            Ok(Some(mut status)) => {
+                if status.memory_peak.is_none() {
+                    status.memory_peak = self.peaks.lock().ok().and_then(|p| p.get(&id).copied());
+                }
                 if !invocation.is_empty()
                     && !status.invocation_id.is_empty()
                     && status.invocation_id != invocation

@@ -63,6 +63,8 @@ pub trait Manager {
 pub struct Systemd {
     conn: Connection,
     manager: ManagerProxy<'static>,
+    /// The cgroup directory of the slice jobs run in (see `memory_peak_now`).
+    job_cgroups: Option<std::path::PathBuf>,
 }
 
 /// The D-Bus object path of a unit (systemd escapes names: `-` is `_2d`).
@@ -153,6 +155,33 @@ pub fn job_signal(msg: &zbus::Message) -> Option<(u64, UnitSignal)> {
     Some((id, signal))
 }
 
+/// The cgroup directory (under the cgroup2 mount `root`) of `slice`: systemd
+/// nests a slice in the slices its name's dashes make (`a-b.slice` is
+/// `a.slice/a-b.slice`).
+pub fn slice_cgroup(root: &std::path::Path, slice: &str) -> std::path::PathBuf {
+    let mut dir = root.to_path_buf();
+    let Some(name) = slice.strip_suffix(".slice") else {
+        return dir.join(slice);
+    };
+    let mut prefix = String::new();
+    for part in name.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        dir.push(format!("{prefix}.slice"));
+    }
+    dir
+}
+
+/// The memory peak (bytes) of the cgroup at `dir` so far, as systemd 256+
+/// reports it (`MemoryPeak`); `None` if it cannot be read.
+pub fn read_memory_peak(dir: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(dir.join("memory.peak"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+}
+
 impl Systemd {
     /// Connects to the manager on `conn` and subscribes to its signals.
     pub async fn connect(conn: &Connection) -> Result<Systemd> {
@@ -166,7 +195,15 @@ impl Systemd {
         Ok(Systemd {
             conn: conn.clone(),
             manager,
+            job_cgroups: None,
         })
+    }
+
+    /// Reads running units' memory peak under `dir`, the cgroup directory
+    /// of their slice (see `memory_peak_now`).
+    pub fn with_job_cgroups(mut self, dir: Option<std::path::PathBuf>) -> Systemd {
+        self.job_cgroups = dir;
+        self
     }
 
     pub fn connection(&self) -> &Connection {
@@ -220,6 +257,14 @@ impl Systemd {
         if !matches!(active_state, Some("active")) {
             self.reset_failed(unit).await;
         }
+    }
+
+    /// The memory peak of running `unit` so far, read from its cgroup
+    /// (`memory.peak`; systemd removes the cgroup as soon as the job's
+    /// processes are gone, and only systemd 256 and later keep the figure as
+    /// `MemoryPeak`). `None` if it cannot be read.
+    pub fn memory_peak_now(&self, unit: &str) -> Option<u64> {
+        read_memory_peak(&self.job_cgroups.as_ref()?.join(unit))
     }
 
     /// Completes a finished unit's status from signals with what systemd does
@@ -331,5 +376,25 @@ mod tests {
             unit_path("xlurm-job-12.service"),
             "/org/freedesktop/systemd1/unit/xlurm_2djob_2d12_2eservice"
         );
+    }
+
+    #[test]
+    fn slices_nest_by_the_dashes_in_their_names() {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        assert_eq!(slice_cgroup(root, "xlurm.slice"), root.join("xlurm.slice"));
+        assert_eq!(
+            slice_cgroup(root, "batch-gpu-a.slice"),
+            root.join("batch.slice/batch-gpu.slice/batch-gpu-a.slice")
+        );
+    }
+
+    #[test]
+    fn a_cgroups_memory_peak_is_read_as_systemd_reports_it() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_memory_peak(dir.path()), None);
+        std::fs::write(dir.path().join("memory.peak"), "73728\n").unwrap();
+        assert_eq!(read_memory_peak(dir.path()), Some(73_728));
+        std::fs::write(dir.path().join("memory.peak"), "max\n").unwrap();
+        assert_eq!(read_memory_peak(dir.path()), None, "not a number");
     }
 }

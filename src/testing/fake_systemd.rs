@@ -46,6 +46,8 @@ pub struct Shared {
     /// Units exit 0 as soon as they have started (in `Mode::Instant`; for
     /// throughput benchmarks).
     pub exit_at_once: bool,
+    /// Report no memory peak, as systemd before 256 (no `MemoryPeak`).
+    pub no_memory_peak: bool,
 }
 
 #[derive(Clone)]
@@ -428,7 +430,9 @@ impl FakeSystemd {
                 s.exec_main_code = code;
                 s.exec_main_status = status;
                 // Fixed figures: the double measures nothing.
-                s.memory_peak = 1 << 20;
+                if !self.shared.lock().is_ok_and(|sh| sh.no_memory_peak) {
+                    s.memory_peak = 1 << 20;
+                }
                 s.cpu_usage_nsec = 1_000_000;
             }
         }

@@ -23,6 +23,22 @@ echo "$out"
 assert_eq 7 "$rc" "xrun exit code"
 assert_contains "$out" "Task started."
 assert_contains "$out" "hello" "xrun streams the job's output"
+assert_not_contains "$out" "no longer in the journal" "alice's first job: nothing of its output was lost"
+
+check "a job's CPU time and memory peak are recorded"
+# CPU time comes from systemd. This guest's systemd (252) has no MemoryPeak and
+# removes a unit's cgroup as soon as its processes are gone: xlurmd reads the
+# running job's memory.peak there (every 5 s) and records the last figure.
+json_num() { grep -o "\"$2\": *[0-9]*" <<<"$1" | grep -o "[0-9]*\$" || true; }
+for code in 0 3; do
+    out=$(as_user alice xrun -m 256M bash -c "dd if=/dev/zero of=/dev/null bs=64M count=4 2>/dev/null; sleep 7; exit $code" 2>&1) || true
+    jid=$(awk '/Task started/ {print $3}' <<<"$out" | tr -d : | head -1)
+    j=$(as_user alice xlurm queue "$jid" --json)
+    peak=$(json_num "$j" memory_peak); cpu=$(json_num "$j" cpu_nsec)
+    note "job $jid (exit $code): memory_peak ${peak:-none}, cpu_nsec ${cpu:-none}"
+    [ "${peak:-0}" -ge $((64 << 20)) ] || fail "job $jid: memory peak ${peak:-none} < 64 MiB (its dd buffer)"
+    [ "${cpu:-0}" -gt 0 ] || fail "job $jid: no CPU time recorded"
+done
 
 check "the job runs as alice, pinned to one CPU and its node's memory"
 rm -f /home/alice/status.txt
