@@ -65,6 +65,16 @@ pub struct Systemd {
     manager: ManagerProxy<'static>,
     /// The cgroup directory of the slice jobs run in (see `memory_peak_now`).
     job_cgroups: Option<std::path::PathBuf>,
+    /// Whether units have `MemoryPeak` (systemd 256 and later): if not, it
+    /// is not asked for (one call fewer per job).
+    has_memory_peak: bool,
+}
+
+/// Whether systemd `version` (its `Version` property: `252.39-1~deb12u1`,
+/// `256.7`) has `MemoryPeak`; true when it cannot tell.
+pub fn has_memory_peak(version: &str) -> bool {
+    let major: String = version.chars().take_while(char::is_ascii_digit).collect();
+    major.parse::<u32>().map_or(true, |v| v >= 256)
 }
 
 /// The D-Bus object path of a unit (systemd escapes names: `-` is `_2d`).
@@ -192,10 +202,12 @@ impl Systemd {
             .subscribe()
             .await
             .context("systemd manager unreachable (Subscribe failed)")?;
+        let version = manager.version().await.unwrap_or_default();
         Ok(Systemd {
             conn: conn.clone(),
             manager,
             job_cgroups: None,
+            has_memory_peak: has_memory_peak(&version),
         })
     }
 
@@ -268,8 +280,9 @@ impl Systemd {
     }
 
     /// Completes a finished unit's status from signals with what systemd does
-    /// not signal: CPU time and memory peak (two small reads instead of
-    /// `GetAll`). Either may stay unknown; the job's end is known already.
+    /// not signal: CPU time and memory peak (small reads, not `GetAll`; the
+    /// peak only where systemd has it). Either may stay unknown; the job's end
+    /// is known already.
     pub async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
         let service = "org.freedesktop.systemd1.Service";
         let read = |name: &'static str| {
@@ -290,7 +303,13 @@ impl Systemd {
                 u64::try_from(v).ok().filter(|v| *v != u64::MAX)
             }
         };
-        let (cpu, peak) = tokio::join!(read("CPUUsageNSec"), read("MemoryPeak"));
+        let (cpu, peak) = tokio::join!(read("CPUUsageNSec"), async {
+            if self.has_memory_peak {
+                read("MemoryPeak").await
+            } else {
+                None
+            }
+        });
         status.cpu_nsec = cpu;
         status.memory_peak = peak;
         status
@@ -386,6 +405,15 @@ mod tests {
             slice_cgroup(root, "batch-gpu-a.slice"),
             root.join("batch.slice/batch-gpu.slice/batch-gpu-a.slice")
         );
+    }
+
+    #[test]
+    fn memory_peak_is_asked_of_systemd_256_and_later() {
+        assert!(!has_memory_peak("252.39-1~deb12u1"));
+        assert!(!has_memory_peak("255"));
+        assert!(has_memory_peak("256.7"));
+        assert!(has_memory_peak("257"));
+        assert!(has_memory_peak("fake"), "when it cannot tell, ask");
     }
 
     #[test]
