@@ -273,7 +273,7 @@ pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<
             // a fresh journal): nothing was lost if the entry journald stored
             // just before it, whoever wrote it, is still there. A file
             // journald deleted leaves a gap in the numbers instead.
-            Ok(Some(if nothing_lost_before(&cursor)? {
+            Ok(Some(if nothing_lost_before(&mut j, &cursor)? {
                 0
             } else {
                 oldest
@@ -315,22 +315,22 @@ pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<
     Ok(first.as_deref().map_or(0, realtime_usec))
 }
 
-/// Whether the journal still holds the entry stored just before the one at
-/// `cursor` (or there never was one).
-fn nothing_lost_before(cursor: &str) -> Result<bool> {
+/// Whether journal `j` still holds the entry stored just before the one at
+/// `cursor` (or there never was one). Drops `j`'s matches.
+fn nothing_lost_before(j: &mut Journal, cursor: &str) -> Result<bool> {
     let Some((_, seq)) = sd_journal::cursor_seqnum(cursor) else {
         return Ok(false);
     };
     if seq <= 1 {
         return Ok(true);
     }
-    let mut all = Journal::open()?;
-    if !all.seek_at(cursor)? || !all.back()? {
+    j.flush_matches();
+    if !j.seek_at(cursor)? || !j.back()? {
         return Ok(false);
     }
     // One count runs through all the files journald writes, though each
     // file may have its own sequence ID (a user's first file has).
-    let before = all.cursor()?;
+    let before = j.cursor()?;
     Ok(sd_journal::cursor_seqnum(&before).map(|(_, n)| n) == Some(seq - 1))
 }
 

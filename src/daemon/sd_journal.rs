@@ -26,12 +26,14 @@ type GetData =
 type GetCursor = unsafe extern "C" fn(*mut c_void, *mut *mut c_char) -> c_int;
 type GetUsec = unsafe extern "C" fn(*mut c_void, *mut u64) -> c_int;
 type SetThreshold = unsafe extern "C" fn(*mut c_void, usize) -> c_int;
+type FlushMatches = unsafe extern "C" fn(*mut c_void);
 
 struct Lib {
     open: Open,
     close: Close,
     add_match: AddMatch,
     add_disjunction: Plain,
+    flush_matches: FlushMatches,
     seek_head: Plain,
     seek_realtime_usec: SeekUsec,
     seek_cursor: WithCursor,
@@ -61,6 +63,7 @@ fn load() -> Result<Lib> {
         close: sym!("sd_journal_close"),
         add_match: sym!("sd_journal_add_match"),
         add_disjunction: sym!("sd_journal_add_disjunction"),
+        flush_matches: sym!("sd_journal_flush_matches"),
         seek_head: sym!("sd_journal_seek_head"),
         seek_realtime_usec: sym!("sd_journal_seek_realtime_usec"),
         seek_cursor: sym!("sd_journal_seek_cursor"),
@@ -145,6 +148,12 @@ impl Journal {
             (self.lib.add_disjunction)(self.j)
         })?;
         Ok(())
+    }
+
+    /// Drops every match: all entries are seen again.
+    pub fn flush_matches(&mut self) {
+        // SAFETY: `j` is open.
+        unsafe { (self.lib.flush_matches)(self.j) }
     }
 
     pub fn seek_head(&mut self) -> Result<()> {

@@ -37,11 +37,11 @@ done
 b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
 note "submit to finished (xrun also fetches the output): bare systemd-run --wait: ${b} ms; xrun: ${m} ms; ratio $(awk "BEGIN {printf \"%.2f\", $m / $b}")x"
 
-check "sustained starts, same concurrency: 30 units run 2 at a time by hand vs 30 jobs on 2 CPUs (2 rounds)"
+check "sustained starts, same concurrency: 30 units run 2 at a time by hand vs 30 jobs on 2 CPUs (3 rounds)"
 # The guest has 2 CPUs, so xlurm runs 2 one-CPU jobs at a time; the bare side gets
 # the same: 2 lanes of systemd-run --wait, 15 units each. Both until all 30 ended.
 # Each lane also prints the CPU time (ticks of 10 ms) systemd, dbus-daemon and
-# xlurmd spent, and the whole guest's busy time: where the time goes. Two
+# xlurmd spent, and the whole guest's busy time: where the time goes. Three
 # rounds, as one alone varies by 10-20% under emulation; ratios of the sums.
 n=30
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -88,7 +88,7 @@ xlurm_round() {
     assert_eq 0 "$(as_user alice xqueue --mine | awk 'NR>1' | wc -l)" "jobs left in the queue"
 }
 bare_sum=0; iso_sum=0; x_sum=0
-for round in 1 2; do
+for round in 1 2 3; do
     cpu_start
     t0=$(date +%s%N)
     lane & l1=$!; lane & l2=$!
