@@ -671,6 +671,51 @@ async fn a_memory_peak_systemd_does_not_report_is_the_last_one_read_from_the_cgr
     assert_eq!(get::<u64>(&job, "memory_peak"), None);
 }
 
+/// Ended units are not collected between starts while jobs wait (stop jobs
+/// would delay those starts in systemd), but as soon as nothing waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_units_are_collected_once_no_job_waits() {
+    let mut e = env(Mode::Instant).await;
+    e.recheck = Duration::from_secs(3600);
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let whole = || {
+        let mut s = spec(&["/bin/x"]);
+        s.insert("cpus".into(), zbus::OwnedVariant::from(4u32));
+        s
+    };
+    let (a, _) = c.submit(whole()).await.unwrap();
+    let (b, _) = c.submit(whole()).await.unwrap();
+    let (ua, ub) = (
+        format!("xlurm-job-{a}.service"),
+        format!("xlurm-job-{b}.service"),
+    );
+    let loaded = |unit: &str, want: bool| {
+        let (fake, unit) = (e.fake.clone(), unit.to_string());
+        async move {
+            let t0 = Instant::now();
+            while fake.is_loaded(&unit) != want {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "{unit}: never {want}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    loaded(&ua, true).await;
+    e.fake.finish(&ua, 0).await;
+    wait_state(&c, a, "COMPLETED").await;
+    loaded(&ub, true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(e.fake.is_loaded(&ua), "collected between starts");
+    // b ends and nothing waits: both go.
+    e.fake.finish(&ub, 0).await;
+    wait_state(&c, b, "COMPLETED").await;
+    loaded(&ua, false).await;
+    loaded(&ub, false).await;
+}
+
 /// Units that end while xlurmd still waits for StartTransientUnit's answer
 /// (their signals arrive before it) are recorded from those signals too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -451,6 +451,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             loop {
                 tokio::time::sleep(recheck).await;
                 tick += 1;
+                d.collect_ended().await;
                 recheck_running(&d).await;
                 // Memory freed by jobs retired since (see State::trim).
                 d.state.lock().await.trim();

@@ -19,10 +19,6 @@ use tokio::sync::{Mutex, Notify};
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;
 
-/// How long collecting ended jobs' units waits for the starts of the jobs
-/// that take their place.
-const COLLECT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 pub fn now_usec() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -637,8 +633,13 @@ impl Daemon {
         let now = now_usec();
         let starts = st.sched.schedule(now / 1_000_000);
         if starts.is_empty() {
+            // Nothing waits: collect the ended jobs' units now. While jobs
+            // wait, the 5 s check collects them (see `collect_ended`).
+            let idle = st.counts().0 == 0;
             drop(st);
-            self.collect_ended().await;
+            if idle {
+                self.collect_ended().await;
+            }
             return;
         }
         let mut started = Vec::with_capacity(starts.len());
@@ -672,27 +673,20 @@ impl Daemon {
         }
         drop(st);
         // Launch concurrently: each waits for systemd on its own.
-        let mut launches = Vec::with_capacity(started.len());
         for job in started {
             self.changed(job.id, JobState::Running);
             let d = self.clone();
-            launches.push(tokio::spawn(async move { d.launch(job).await }));
+            tokio::spawn(async move { d.launch(job).await });
         }
-        // Then collect the units of the jobs that ended: systemd runs queued
-        // jobs in turn, and stopping those first would delay these starts.
-        let d = self.clone();
-        tokio::spawn(async move {
-            let all = async {
-                for l in launches {
-                    let _ = l.await;
-                }
-            };
-            let _ = tokio::time::timeout(COLLECT_WAIT, all).await;
-            d.collect_ended().await;
-        });
     }
 
     /// Collects the units of jobs whose end is recorded (see `finalize`).
+    /// Called when no job waits (`schedule`), by the periodic check of
+    /// running jobs (`ServeConfig::recheck`, 5 s) and before the daemon
+    /// exits: while jobs wait to start, ended units are collected in a batch
+    /// every few seconds, not one by one between starts. systemd answers
+    /// calls and runs stop jobs on the one thread that also starts units:
+    /// VM 11 measured 30 one-second-apart starts 8-12% sooner so.
     pub async fn collect_ended(&self) {
         let units = match self.uncollected.lock() {
             Ok(mut u) => std::mem::take(&mut *u),
