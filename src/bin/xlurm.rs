@@ -28,7 +28,10 @@ fn main() {
     match rt.block_on(xlurm::cli::commands::main(cli)) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("xlurm: {e:#}");
+            // Not eprintln!, which panics on a closed stderr (xrun ignores
+            // SIGPIPE: `xrun ... 2>&1 | head`).
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "xlurm: {e:#}");
             std::process::exit(1);
         }
     }

@@ -255,11 +255,16 @@ pub async fn sync(journalctl: &str) -> Result<()> {
 /// known lost. journald files a user's output in that user's own journal
 /// files (`SplitMode=uid`) and deletes the oldest files first when it reaches
 /// its size limits, so that user's output older than this is gone. In-process,
-/// the entry journald stored just before it tells whether anything was
-/// deleted (a user's first entry is not a loss); through journalctl this is
-/// not checked. (For root, whose entries share the system files with boot
+/// the entries journald stored from `since_usec` (the job's start) up to it
+/// tell whether anything was deleted (`nothing_lost_between`: a user's first
+/// entry is not a loss); through journalctl this is not checked. (For root, whose entries share the system files with boot
 /// messages, this finds rotation less often: it may under-report.)
-pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<u64> {
+pub async fn oldest_usec(
+    journalctl: &str,
+    uid: u32,
+    user_mode: bool,
+    since_usec: u64,
+) -> Result<u64> {
     if native(journalctl, user_mode) {
         let found = blocking(move || {
             let mut j = Journal::open()?;
@@ -273,11 +278,13 @@ pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<
             // a fresh journal): nothing was lost if the entry journald stored
             // just before it, whoever wrote it, is still there. A file
             // journald deleted leaves a gap in the numbers instead.
-            Ok(Some(if nothing_lost_before(&mut j, &cursor)? {
-                0
-            } else {
-                oldest
-            }))
+            Ok(Some(
+                if nothing_lost_between(&mut j, &cursor, since_usec)? {
+                    0
+                } else {
+                    oldest
+                },
+            ))
         })
         .await;
         // In the VM this sometimes found nothing while journald was rotating
@@ -315,23 +322,64 @@ pub async fn oldest_usec(journalctl: &str, uid: u32, user_mode: bool) -> Result<
     Ok(first.as_deref().map_or(0, realtime_usec))
 }
 
-/// Whether journal `j` still holds the entry stored just before the one at
-/// `cursor` (or there never was one). Drops `j`'s matches.
-fn nothing_lost_before(j: &mut Journal, cursor: &str) -> Result<bool> {
-    let Some((_, seq)) = sd_journal::cursor_seqnum(cursor) else {
+/// How many entries `nothing_lost_between` looks at, at most.
+const WALK_BACK: usize = 50_000;
+
+/// Whether journal `j` still holds every entry journald stored from just
+/// before `since_usec` up to the one at `cursor`. journald numbers every
+/// entry it stores, across all its files, so a deleted file leaves a gap
+/// in the numbers; a user's first entry is not a loss. The entries around
+/// are other writers', interleaved: their files may outlive the user's, so
+/// the whole stretch is checked, not only the entry just before. (A gap of
+/// another user's deleted file counts too: by then the journal is rotating
+/// that time away.) Drops `j`'s matches.
+fn nothing_lost_between(j: &mut Journal, cursor: &str, since_usec: u64) -> Result<bool> {
+    let Some((_, last)) = sd_journal::cursor_seqnum(cursor) else {
         return Ok(false);
     };
-    if seq <= 1 {
-        return Ok(true);
-    }
     j.flush_matches();
-    if !j.seek_at(cursor)? || !j.back()? {
+    if !j.seek_at(cursor)? {
         return Ok(false);
     }
-    // One count runs through all the files journald writes, though each
-    // file may have its own sequence ID (a user's first file has).
-    let before = j.cursor()?;
-    Ok(sd_journal::cursor_seqnum(&before).map(|(_, n)| n) == Some(seq - 1))
+    // Files of one boot merge by time, which may order two entries of the
+    // same instant either way: the numbers seen must be whole, in any order.
+    let mut seen = Vec::new();
+    let mut reached = false;
+    for _ in 0..WALK_BACK {
+        if !j.back()? {
+            break;
+        }
+        let Some((_, n)) = sd_journal::cursor_seqnum(&j.cursor()?) else {
+            return Ok(false);
+        };
+        seen.push(n);
+        if j.realtime()? < since_usec {
+            reached = true;
+            break;
+        }
+    }
+    let first = seen.iter().copied().min().unwrap_or(last);
+    if !reached && first > 1 && seen.len() < WALK_BACK {
+        // The journal's start, yet numbers before it: deleted.
+        return Ok(false);
+    }
+    Ok(contiguous(&mut seen, last))
+}
+
+/// Whether `seen` holds every number from its smallest up to `last - 1`.
+fn contiguous(seen: &mut [u64], last: u64) -> bool {
+    seen.sort_unstable();
+    let Some(&first) = seen.first() else {
+        return true;
+    };
+    let mut want = first;
+    for &n in seen.iter() {
+        if n > want {
+            return false;
+        }
+        want = want.max(n + 1);
+    }
+    want >= last
 }
 
 /// The `__REALTIME_TIMESTAMP` of one `journalctl --output=json` entry (0 if none).
@@ -423,6 +471,15 @@ mod tests {
         );
         assert_eq!(page.cursor, "s=1;i=3");
         assert_eq!(parse("", "c0").cursor, "c0");
+    }
+
+    #[test]
+    fn a_gap_in_the_journals_numbers_is_a_loss() {
+        assert!(contiguous(&mut [], 9), "nothing before it");
+        assert!(contiguous(&mut [8, 6, 7], 9), "any order");
+        assert!(!contiguous(&mut [8, 6], 9), "7 was deleted");
+        assert!(!contiguous(&mut [5, 6], 9), "7 and 8 were deleted");
+        assert!(contiguous(&mut [6, 7, 7, 8], 9));
     }
 
     #[test]

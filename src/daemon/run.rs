@@ -535,7 +535,7 @@ async fn recheck_running(d: &Arc<Daemon>) {
     if running.is_empty() {
         return;
     }
-    d.sample_memory_peaks(&running);
+    d.sample_memory_peaks(&running).await;
     let states = d.systemd.states("xlurm-job-*.service").await;
     for (id, unit) in running {
         let busy = match &states {

@@ -595,7 +595,14 @@ impl Daemon {
         }
         if cursor.is_empty() && (!page.lines.is_empty() || state.is_final()) {
             // The first page: has journald rotated the job's first lines away?
-            match super::journal::oldest_usec(&src.journalctl, src.uid, src.user_mode).await {
+            match super::journal::oldest_usec(
+                &src.journalctl,
+                src.uid,
+                src.user_mode,
+                src.start_usec,
+            )
+            .await
+            {
                 Ok(oldest) if oldest > src.start_usec => out.missing_before = oldest,
                 Ok(oldest) => tracing::debug!(
                     job = id,
@@ -633,6 +640,12 @@ impl Daemon {
         let now = now_usec();
         let starts = st.sched.schedule(now / 1_000_000);
         if starts.is_empty() {
+            // Ends appended since the last sync would otherwise wait for the
+            // next start to reach the disk: an OS crash meanwhile would make
+            // them LOST (the units holding them do not survive a reboot).
+            if let Err(e) = st.store.sync() {
+                tracing::error!("syncing the job log failed: {e:#}");
+            }
             // Nothing waits: collect the ended jobs' units now. While jobs
             // wait, the 5 s check collects them (see `collect_ended`).
             let idle = st.counts().0 == 0;
@@ -716,13 +729,20 @@ impl Daemon {
     /// cgroup as soon as its processes are gone, so a job's peak is what was
     /// last read here: exact for a job whose use stopped growing before the
     /// last look (every `ServeConfig::recheck`), none for one shorter than that.
-    pub fn sample_memory_peaks(&self, running: &[(JobId, String)]) {
+    pub async fn sample_memory_peaks(&self, running: &[(JobId, String)]) {
         let seen: Vec<(JobId, u64)> = running
             .iter()
             .filter_map(|(id, unit)| Some((*id, self.systemd.memory_peak_now(unit)?)))
             .collect();
+        // Under the state lock, for jobs still running: `finalize` drops a
+        // job's figure under it, so none is left behind for an ended job.
+        let st = self.state.lock().await;
         if let Ok(mut p) = self.peaks.lock() {
-            p.extend(seen);
+            p.extend(seen.into_iter().filter(|(id, _)| {
+                st.jobs
+                    .get(id)
+                    .is_some_and(|j| j.state == JobState::Running)
+            }));
         }
     }
 
@@ -981,18 +1001,25 @@ impl Daemon {
         } else {
             st.store.save([&job])
         };
-        if let Err(e) = recorded {
-            tracing::error!(job = id, "recording the final state failed: {e:#}");
-        }
+        let recorded = match recorded {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    job = id,
+                    "recording the final state failed: {e:#}; its unit is kept, so the next start of xlurmd records it"
+                );
+                false
+            }
+        };
         drop(st);
         tracing::info!(job = id, "job {id} {}: {why}", state.name());
         self.changed(id, state);
         if job.command.script.is_some() {
             let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
         }
-        // Collected by the scheduling pass this wakes, once the jobs it
-        // starts in this one's place reached systemd.
-        if let Ok(mut u) = self.uncollected.lock() {
+        // Collected once nothing waits, or by the 5 s check (see
+        // `collect_ended`); never while its unit is all that holds its end.
+        if let (true, Ok(mut u)) = (recorded, self.uncollected.lock()) {
             u.push((job.unit(), unit_state.map(str::to_string)));
         }
         self.kick.notify_one();
