@@ -674,7 +674,13 @@ impl Daemon {
         // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
         if let Err(e) = st.store.save(started.iter()) {
             tracing::error!("recording started jobs failed, putting them back: {e:#}");
+            if let Ok(mut l) = self.launching.lock() {
+                for j in &started {
+                    l.remove(&j.id);
+                }
+            }
             for j in &started {
+                *st.pending_per_user.entry(j.uid).or_default() += 1;
                 st.sched.finish(j.id);
                 st.sched.enqueue(j.id, j.demand.clone());
                 if let Some(job) = st.jobs.get_mut(&j.id) {
@@ -925,9 +931,8 @@ impl Daemon {
     /// signalled meanwhile (so it should be handled now), with its end if
     /// the signals told it.
     fn launched(&self, id: JobId) -> Option<Option<UnitStatus>> {
-        if let Ok(mut l) = self.launching.lock() {
-            l.remove(&id);
-        }
+        let mut l = self.launching.lock().ok()?;
+        l.remove(&id);
         self.signalled.lock().ok()?.remove(&id)
     }
 
@@ -945,10 +950,6 @@ impl Daemon {
         while self.launching.lock().is_ok_and(|l| !l.is_empty()) && t0.elapsed() < limit {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-    }
-
-    fn is_launching(&self, id: JobId) -> bool {
-        self.launching.lock().is_ok_and(|l| l.contains(&id))
     }
 
     async fn fail_launch(&self, id: JobId, detail: String) {
@@ -1064,15 +1065,22 @@ impl Daemon {
     }
 
     async fn reconcile_once(&self, id: JobId, ended: Option<UnitStatus>) {
-        if self.is_launching(id) {
-            if let Ok(mut s) = self.signalled.lock() {
-                let seen = s.entry(id).or_default();
-                // An end the signals told is kept over signals that told less.
-                if ended.is_some() {
-                    *seen = ended;
+        {
+            // Under the launching lock, which `launched` takes too: a signal
+            // is either seen there or handled here, never left behind.
+            let Ok(l) = self.launching.lock() else {
+                return;
+            };
+            if l.contains(&id) {
+                if let Ok(mut s) = self.signalled.lock() {
+                    let seen = s.entry(id).or_default();
+                    // An end the signals told is kept over signals that told less.
+                    if ended.is_some() {
+                        *seen = ended;
+                    }
                 }
+                return;
             }
-            return;
         }
         let (unit, cancelled, invocation, memory_max) = {
             let st = self.state.lock().await;

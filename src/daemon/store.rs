@@ -231,13 +231,20 @@ impl Store {
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
             .with_context(|| format!("renaming {} into place", tmp.display()))?;
-        File::open(&self.dir)?.sync_all()?;
+        // The new file is the log from here on: point at it before anything
+        // else can fail, or later records would go to the replaced one.
         self.log = open_append(&path)?;
         self.reader = File::open(&path)?;
         self.len = len;
         self.lines = at.len();
         self.at = at;
         self.unsynced = false;
+        if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(
+                "syncing {} after compacting the job log: {e}",
+                self.dir.display()
+            );
+        }
         Ok(true)
     }
 
