@@ -1114,6 +1114,30 @@ async fn xrun_whose_output_reader_goes_away_cancels_its_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_cancels_a_silent_job_once_its_output_reader_goes_away() {
+    // The job prints nothing (an empty journal): xrun never writes, so only
+    // polling its stdout can tell the reader went away.
+    let t = lost_starts(Some(""), 0).await;
+    let mut xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["--user", "run", "--", "/bin/sleep", "60"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(xrun.stdout.take());
+    let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(stderr.contains("output was closed"), "{stderr}");
+    let listed = cli_json(&t.e, &["queue", "--all", "--json"]);
+    wait_state(&t.c, listed[0]["id"].as_u64().unwrap(), "CANCELLED").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_journald_rotated_away_is_reported_not_silently_missing() {
     // The journal's oldest entry is younger than the job: its first lines are gone.
     let t = lost_starts(

@@ -126,6 +126,15 @@ async fn malformed_calls_get_named_errors_and_change_nothing() {
         let (name, msg) = call(&e.client, "Submit", &(good(),)).await;
         assert_eq!(name, "", "{msg}");
     }
+    // The first one's unit is started in the background: wait for it.
+    let t0 = std::time::Instant::now();
+    while e.fake.shared.lock().unwrap().started.is_empty() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "no job started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let before = snapshot(&e).await;
     assert_eq!(before.1, 1, "one job started (max_running 1)");
 

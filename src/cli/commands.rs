@@ -355,17 +355,19 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 said_started = true;
             }
             stream.pump(&p, id, user).await?;
-            if stream.closed {
-                say!(
-                    "[{}] job {id}: xrun's output was closed (its reader went away); cancelling...",
-                    stamp()
-                );
-                if let Err(e) = p.cancel(id).await {
-                    say!("xrun: cancelling job {id}: {}", explain(e, user));
-                }
-                // What a shell reports for a writer killed by SIGPIPE.
-                return Ok(128 + nix::libc::SIGPIPE);
+        }
+        // The reader may go away while the job prints nothing: then only
+        // poll tells.
+        if !cancelled && (stream.closed || stdout_closed()) {
+            say!(
+                "[{}] job {id}: xrun's output was closed (its reader went away); cancelling...",
+                stamp()
+            );
+            if let Err(e) = p.cancel(id).await {
+                say!("xrun: cancelling job {id}: {}", explain(e, user));
             }
+            // What a shell reports for a writer killed by SIGPIPE.
+            return Ok(128 + nix::libc::SIGPIPE);
         }
         match state.as_str() {
             "PENDING" => {
@@ -414,6 +416,19 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
             _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
         }
     }
+}
+
+/// Whether standard output's reader went away: a pipe whose other end is
+/// closed polls as an error.
+fn stdout_closed() -> bool {
+    let mut fds = [nix::libc::pollfd {
+        fd: 1,
+        events: nix::libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd, and no waiting.
+    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), 1, 0) };
+    n > 0 && fds[0].revents & nix::libc::POLLERR != 0
 }
 
 /// Returns when job `id` changes state (or the signal stream ends).
