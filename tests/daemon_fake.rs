@@ -1081,14 +1081,9 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xrun_whose_output_reader_goes_away_cancels_its_job() {
-    // `xrun ... | head -1`: head exits, xrun's next write fails (EPIPE).
-    let t = lost_starts(
-        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"a line"}"#),
-        0,
-    )
-    .await;
+/// Runs `xrun sleep 60` whose stdout's reader is gone from the start, checks
+/// it cancelled the job and exited 141, and returns the job's ID.
+async fn xrun_with_its_reader_gone(t: &LostStarts) -> u64 {
     let mut xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
         .args(["--user", "run", "--", "/bin/sleep", "60"])
         .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
@@ -1107,6 +1102,18 @@ async fn xrun_whose_output_reader_goes_away_cancels_its_job() {
     let listed = cli_json(&t.e, &["queue", "--all", "--json"]);
     let id = listed[0]["id"].as_u64().unwrap();
     wait_state(&t.c, id, "CANCELLED").await;
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_whose_output_reader_goes_away_cancels_its_job() {
+    // `xrun ... | head -1`: head exits, xrun's next write fails (EPIPE).
+    let t = lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"a line"}"#),
+        0,
+    )
+    .await;
+    let id = xrun_with_its_reader_gone(&t).await;
     assert!(
         t.e.fake.was_stopped(&format!("xlurm-job-{id}.service")),
         "the job's unit was stopped"
@@ -1118,23 +1125,7 @@ async fn xrun_cancels_a_silent_job_once_its_output_reader_goes_away() {
     // The job prints nothing (an empty journal): xrun never writes, so only
     // polling its stdout can tell the reader went away.
     let t = lost_starts(Some(""), 0).await;
-    let mut xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-        .args(["--user", "run", "--", "/bin/sleep", "60"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(xrun.stdout.take());
-    let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(141), "{stderr}");
-    assert!(stderr.contains("output was closed"), "{stderr}");
-    let listed = cli_json(&t.e, &["queue", "--all", "--json"]);
-    wait_state(&t.c, listed[0]["id"].as_u64().unwrap(), "CANCELLED").await;
+    xrun_with_its_reader_gone(&t).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
