@@ -1220,3 +1220,38 @@ async fn ended_jobs_kept_in_brief_still_answer_every_call() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_at_the_line_it_wants_does_not_kill_the_cli() {
+    // `xqueue ID | grep -q 'State: RUNNING'` under `set -o pipefail`: grep
+    // exits at its match; had xqueue more lines still to write, it would die
+    // of SIGPIPE (141) and the pipeline would fail although the state matched.
+    use std::io::BufRead;
+    let e = env(Mode::Run).await;
+    let (_d, _conn) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/sleep", "60"])).await.unwrap();
+    wait_state(&c, id, "RUNNING").await;
+    for args in [
+        vec!["queue".to_string(), id.to_string()],
+        vec!["info".into()],
+    ] {
+        for round in 0..40 {
+            let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+                .arg("--user")
+                .args(&args)
+                .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut first = String::new();
+            let mut out = std::io::BufReader::new(cli.stdout.take().unwrap());
+            out.read_line(&mut first).unwrap();
+            drop(out);
+            let status = cli.wait().unwrap();
+            assert!(!first.is_empty(), "xlurm {args:?}: no output");
+            assert!(status.success(), "xlurm {args:?}, round {round}: {status}");
+        }
+    }
+    c.cancel(id).await.unwrap();
+}

@@ -739,10 +739,10 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     if let Some(id) = a.id {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&dict_to_json(&job))?);
+            emit(&json_text(&dict_to_json(&job))?)?;
             return Ok(0);
         }
-        show_job(&job);
+        emit(&job_text(&job))?;
         return Ok(0);
     }
     let mut filter = Dict::new();
@@ -765,13 +765,14 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     let listing = crate::daemon::listing::read_fd(fd.into())?;
     let jobs = listing.lines()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        emit(&json_text(&jobs)?)?;
         return Ok(0);
     }
-    print!(
-        "{}",
-        queue_table(&jobs, a.all, crate::daemon::service::now_usec())
-    );
+    emit(&queue_table(
+        &jobs,
+        a.all,
+        crate::daemon::service::now_usec(),
+    ))?;
     Ok(0)
 }
 
@@ -826,9 +827,14 @@ pub fn queue_table(jobs: &[crate::daemon::listing::Line<'_>], all: bool, now: u6
     out
 }
 
-fn show_job(job: &Dict) {
+/// `xqueue ID`'s text: one "Key: value" line per known field.
+fn job_text(job: &Dict) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let id = get::<u64>(job, "id").unwrap_or(0);
-    let line = |k: &str, v: String| println!("{k:>14}: {v}");
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:>14}: {v}");
+    };
     line("Job", id.to_string());
     line("Name", get_str(job, "name"));
     line("User", get_str(job, "user"));
@@ -902,33 +908,45 @@ fn show_job(job: &Dict) {
         "See",
         format!("systemctl status {unit}; journalctl -u {unit}"),
     );
+    out
 }
 
 async fn info(a: InfoArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let m = p.get_machine().await.map_err(|e| explain(e, user))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&dict_to_json(&m))?);
+        emit(&json_text(&dict_to_json(&m))?)?;
         return Ok(0);
     }
-    println!(
+    emit(&machine_text(&m))?;
+    Ok(0)
+}
+
+/// `xinfo`'s text: the policy and counts, the NUMA nodes, the devices.
+fn machine_text(m: &Dict) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "policy {}, max running {}, {} pending, {} running",
-        get_str(&m, "policy"),
-        get::<u32>(&m, "max_running").unwrap_or(0),
-        get::<u32>(&m, "pending").unwrap_or(0),
-        get::<u32>(&m, "running").unwrap_or(0)
+        get_str(m, "policy"),
+        get::<u32>(m, "max_running").unwrap_or(0),
+        get::<u32>(m, "pending").unwrap_or(0),
+        get::<u32>(m, "running").unwrap_or(0)
     );
     let nodes: Vec<Dict> = m
         .get("nodes")
         .and_then(|v| v.try_clone().ok())
         .and_then(|v| Vec::<Dict>::try_from(v).ok())
         .unwrap_or_default();
-    println!(
+    let _ = writeln!(
+        out,
         "{:<6} {:<16} {:<16} {:>10} {:>10}",
         "NODE", "CPUS", "FREE", "MEM", "MEM FREE"
     );
     for n in &nodes {
-        println!(
+        let _ = writeln!(
+            out,
             "{:<6} {:<16} {:<16} {:>10} {:>10}",
             format!("node{}", get::<u32>(n, "id").unwrap_or(0)),
             get_str(n, "cpus"),
@@ -943,7 +961,7 @@ async fn info(a: InfoArgs, user: bool) -> Result<i32> {
         .and_then(|v| Vec::<Dict>::try_from(v).ok())
         .unwrap_or_default();
     if devices.is_empty() {
-        println!("no accelerators");
+        let _ = writeln!(out, "no accelerators");
     }
     for d in &devices {
         let job = get::<u64>(d, "job").unwrap_or(0);
@@ -955,7 +973,8 @@ async fn info(a: InfoArgs, user: bool) -> Result<i32> {
         if job > 0 {
             state = format!("{state}, job {job}");
         }
-        println!(
+        let _ = writeln!(
+            out,
             "{}:{} {} node {} {}",
             get_str(d, "vendor"),
             get::<u32>(d, "index").unwrap_or(0),
@@ -965,10 +984,26 @@ async fn info(a: InfoArgs, user: bool) -> Result<i32> {
         );
         let err = get_str(d, "monitoring_error");
         if !err.is_empty() {
-            println!("    {err}");
+            let _ = writeln!(out, "    {err}");
         }
     }
-    Ok(0)
+    out
+}
+
+/// Pretty JSON and a newline.
+fn json_text<T: serde::Serialize>(v: &T) -> Result<String> {
+    Ok(serde_json::to_string_pretty(v)? + "\n")
+}
+
+/// Writes a command's whole output at once: a reader that stops early
+/// (`xqueue 5 | grep -q RUNNING` under `set -o pipefail`) then never makes
+/// the command die of SIGPIPE between two of its lines.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]
