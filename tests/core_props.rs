@@ -721,7 +721,12 @@ fn check_alloc(s: &Scheduler, id: JobId, d: &Demand, a: &Allocation) {
         mem_nodes,
         "AllowedMemoryNodes are the charged nodes"
     );
-    assert!(a.mem_charge.iter().all(|(_, b)| *b > 0) || d.exclusive);
+    assert!(
+        a.mem_charge.iter().all(|(_, b)| *b > 0)
+            || d.exclusive
+            || d.mem_bytes < a.mem_charge.len() as u64,
+        "a node in AllowedMemoryNodes without a charge: {a:?}"
+    );
     assert_eq!(a.exclusive, d.exclusive);
     // Devices: count, one vendor, the asked vendor/IDs, no excluded ID, usable.
     assert_eq!(a.devices.len(), d.devices.count as usize, "device count");
@@ -788,6 +793,18 @@ fn check_alloc(s: &Scheduler, id: JobId, d: &Demand, a: &Allocation) {
         assert_eq!(mem_nodes.len(), 1, "numa-local memory on one node");
         assert_eq!(cpu_nodes, mem_nodes, "numa-local CPUs on the memory node");
     }
+    let with_memory = |n: &u32| topo.nodes.iter().any(|t| t.id == *n && t.mem_bytes > 0);
+    assert!(
+        cpu_nodes
+            .iter()
+            .filter(|n| with_memory(n))
+            .all(|n| mem_nodes.contains(n)),
+        "the nodes of the job's CPUs are in its AllowedMemoryNodes: {a:?}"
+    );
+    assert!(
+        mem_nodes.iter().all(with_memory),
+        "a node without memory in {a:?}"
+    );
     let spans = cpu_nodes.union(&mem_nodes).count();
     assert_eq!(a.spread, spans > 1, "spread flag for {a:?}");
 }

@@ -112,9 +112,15 @@ pub struct Room {
 impl Room {
     pub fn of(avail: &Avail, machine: &Machine) -> Room {
         let nodes = &machine.topology.nodes;
+        // CPUs on a node whose memory is all budgeted can take no job (see
+        // `place_cpus`): they are not counted as free.
         let node_cpus: Vec<u32> = nodes
             .iter()
-            .map(|n| avail.cpus.intersection_len(&n.cpus))
+            .zip(&avail.mem)
+            .map(|(n, m)| match *m > 0 || n.mem_bytes == 0 {
+                true => avail.cpus.intersection_len(&n.cpus),
+                false => 0,
+            })
             .collect();
         let mut devices = [0u32; Vendor::ALL.len()];
         let mut all_devices = true;
@@ -126,7 +132,7 @@ impl Room {
         }
         let cpus = node_cpus.iter().sum();
         let idle = all_devices
-            && cpus == machine.topology.total_cpus()
+            && avail.cpus.len() == machine.topology.total_cpus()
             && nodes.iter().zip(&avail.mem).all(|(n, m)| *m == n.mem_bytes);
         Room {
             cpus,
@@ -534,12 +540,20 @@ fn place_cpus(
             free: total_mem,
         }));
     }
-    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    // Nodes with the most free memory first. A node whose memory is all
+    // budgeted gives no CPUs: the job's pages would land there uncharged (a
+    // node without memory at all, whose CPUs use other nodes' memory, may).
+    let mut order: Vec<usize> = (0..nodes.len())
+        .filter(|i| avail.mem[*i] > 0 || nodes[*i].mem_bytes == 0)
+        .collect();
     order.sort_by_key(|i| (std::cmp::Reverse(avail.mem[*i]), nodes[*i].id));
-    let (mut cpus, mut charge) = (CpuSet::new(), Vec::new());
-    let (mut cpus_left, mut mem_left) = (c, m);
+    // The nodes that together have the CPUs and the memory, and the CPUs
+    // taken on each.
+    let mut used: Vec<(usize, u32)> = Vec::new();
+    let mut cpus = CpuSet::new();
+    let (mut cpus_left, mut room_left) = (c, m);
     for i in order {
-        if cpus_left == 0 && mem_left == 0 {
+        if cpus_left == 0 && room_left == 0 {
             break;
         }
         let take = cpus_left.min(free_cpus[i]);
@@ -552,12 +566,57 @@ fn place_cpus(
             cpus.union_with(&got);
             cpus_left -= take;
         }
-        let bytes = mem_left.min(avail.mem[i]);
-        if bytes > 0 {
-            charge.push((nodes[i].id, bytes));
-            mem_left -= bytes;
+        room_left = room_left.saturating_sub(avail.mem[i]);
+        used.push((i, take));
+    }
+    if cpus_left > 0 {
+        // The CPUs are on nodes with no memory left to budget.
+        return Err(Reason::Resources(Shortage::Memory {
+            node: None,
+            need: m,
+            free: total_mem,
+        }));
+    }
+    Ok((cpus, spread_charge(m, c, &used, &avail.mem, nodes), true))
+}
+
+/// How a spread job's `m` bytes are charged to the `used` (node position,
+/// CPUs taken) nodes: every node with memory that gives CPUs is in its
+/// `AllowedMemoryNodes` (the kernel puts pages near the CPU that touches
+/// them), so each gets its CPUs' share of `m`, at most what it has free; the
+/// rest goes first to nodes not charged yet, then to those with room, in
+/// order. A node with memory left without a charge (only when `m` is smaller
+/// than the number of nodes) is still listed, with 0 bytes; a node without
+/// memory is not (the kernel refuses it in a cpuset's mems).
+fn spread_charge(
+    m: u64,
+    c: u32,
+    used: &[(usize, u32)],
+    free_mem: &[u64],
+    nodes: &[super::topology::Node],
+) -> Vec<(u32, u64)> {
+    let mut charge: Vec<u64> = used
+        .iter()
+        .map(|&(i, take)| ((m as u128 * take as u128 / c.max(1) as u128) as u64).min(free_mem[i]))
+        .collect();
+    let mut left = m - charge.iter().sum::<u64>();
+    for (k, &(i, _)) in used.iter().enumerate() {
+        if left > 0 && charge[k] == 0 && free_mem[i] > 0 {
+            charge[k] = 1;
+            left -= 1;
         }
     }
-    charge.sort_by_key(|(n, _)| *n);
-    Ok((cpus, charge, true))
+    for (k, &(i, _)) in used.iter().enumerate() {
+        let more = left.min(free_mem[i] - charge[k]);
+        charge[k] += more;
+        left -= more;
+    }
+    let mut out: Vec<(u32, u64)> = used
+        .iter()
+        .zip(charge)
+        .filter(|((i, take), bytes)| *bytes > 0 || (*take > 0 && nodes[*i].mem_bytes > 0))
+        .map(|((i, _), bytes)| (nodes[*i].id, bytes))
+        .collect();
+    out.sort_by_key(|(n, _)| *n);
+    out
 }

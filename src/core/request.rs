@@ -125,6 +125,8 @@ pub enum RequestError {
         id: u32,
         have: String,
     },
+    #[error("unknown device ID {id} to exclude: no vendor here has it (IDs: {have})")]
+    UnknownExcludedId { id: u32, have: String },
     #[error("no single vendor has all of the device IDs {ids} (this machine has: {have}); pass --device to choose one")]
     IdsSpanVendors { ids: String, have: String },
     #[error("{vendor} device {id} is disabled by the admin")]
@@ -168,14 +170,29 @@ fn check_unique(ids: &[u32]) -> Result<(), RequestError> {
     Ok(())
 }
 
-/// The default memory budget for `cpus` CPUs: their share of the machine's
-/// memory per CPU (equal to the node share on a uniform machine), floored at
-/// `min_job_mem` and capped at what exists.
+/// The default memory budget for `cpus` CPUs: their share of their node's
+/// memory (4 of 32 CPUs on a 256 GiB node: 32 GiB), floored at
+/// `min_job_mem` and capped at what exists. The budget is settled at
+/// submission (it is reported then, and the policies reserve by it), before
+/// the job's node is known: where nodes differ in memory per CPU, it is the
+/// share on the node with the least per CPU among those with enough CPUs, so
+/// that a default budget is never more than the job's share of the node it
+/// lands on. A job wider than every node (spread) gets its CPUs' share of
+/// the whole machine.
 pub fn default_budget(machine: &Machine, cpus: u32, limits: &Limits) -> u64 {
     let topo = &machine.topology;
     let total = topo.total_mem();
-    let share = (total as u128 * cpus as u128 / topo.total_cpus().max(1) as u128) as u64;
-    share.max(limits.min_job_mem).min(total)
+    let share = |mem: u64, of: u32| (mem as u128 * cpus as u128 / of.max(1) as u128) as u64;
+    let node_share = topo
+        .nodes
+        .iter()
+        .filter(|n| n.cpus.len() >= cpus)
+        .map(|n| share(n.mem_bytes, n.cpus.len()))
+        .min();
+    node_share
+        .unwrap_or_else(|| share(total, topo.total_cpus()))
+        .max(limits.min_job_mem)
+        .min(total)
 }
 
 /// Checks `req` against what this machine can ever give and settles its budget.
@@ -339,14 +356,27 @@ fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceReques
             exclude: Vec::new(),
         });
     }
-    if let [v] = vendors[..] {
-        if let Some(id) = d.exclude.iter().find(|id| machine.slot(v, **id).is_none()) {
-            return Err(RequestError::UnknownId {
+    // An excluded ID must be a device of the vendor, or of one the job may get.
+    if let Some(id) = d
+        .exclude
+        .iter()
+        .find(|id| vendors.iter().all(|v| machine.slot(*v, **id).is_none()))
+    {
+        return Err(match vendors[..] {
+            [v] => RequestError::UnknownId {
                 vendor: v,
                 id: *id,
                 have: machine.vendor_ids(v),
-            });
-        }
+            },
+            _ => RequestError::UnknownExcludedId {
+                id: *id,
+                have: vendors
+                    .iter()
+                    .map(|v| format!("{v} {}", machine.vendor_ids(*v)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        });
     }
     let fits = vendors.iter().any(|v| {
         let usable = machine

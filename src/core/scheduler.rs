@@ -469,10 +469,18 @@ impl Scheduler {
         if self.running.len() >= self.limits.max_running as usize {
             return Some(Reason::MaxRunning);
         }
-        Some(match self.last.head {
-            Some(h) if h == id => now_fit.unwrap_or(Reason::Priority),
-            Some(_) if self.policy == Policy::FifoStrict => Reason::Priority,
-            _ => now_fit.unwrap_or(Reason::Priority),
+        Some(match (self.last.head, now_fit) {
+            // Devices busy outside xlurm, unknown or disabled: freeing
+            // resources would not help, whatever the job's place in the queue
+            // (such a job never becomes the head).
+            (
+                _,
+                Some(r @ (Reason::DevicesBusy | Reason::DevicesUnknown | Reason::DevicesDisabled)),
+            ) => r,
+            (Some(h), now_fit) if h == id => now_fit.unwrap_or(Reason::Priority),
+            // Held behind the head, even where it would fit.
+            (Some(_), _) if self.policy == Policy::FifoStrict => Reason::Priority,
+            (_, now_fit) => now_fit.unwrap_or(Reason::Priority),
         })
     }
 

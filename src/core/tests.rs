@@ -199,6 +199,13 @@ fn rejects_bad_device_lists() {
             },
         ),
         (
+            dev(1, None, &[], &[9]),
+            E::UnknownExcludedId {
+                id: 9,
+                have: "nv 0-3, asc 7".into(),
+            },
+        ),
+        (
             dev(4, Some(Vendor::Nv), &[], &[0]),
             E::TooManyDevices {
                 count: 4,
@@ -209,6 +216,8 @@ fn rejects_bad_device_lists() {
     for (r, want) in cases {
         assert_eq!(s.validate(&r), Err(want), "{r:?}");
     }
+    // Excluding an ID of one of several vendors is fine.
+    assert!(s.validate(&dev(1, None, &[], &[7])).is_ok());
     // A vendor is settled from exact IDs: 7 exists only for Ascend.
     let d = s.validate(&dev(1, None, &[7], &[])).unwrap();
     assert_eq!(d.devices.vendor, Some(Vendor::Asc));
@@ -279,6 +288,41 @@ fn default_budget_is_the_cpus_share_floored_and_exclusive_gets_all() {
     };
     assert_eq!(s.validate(&ex).unwrap().mem_bytes, 8 * 256 * GIB);
     assert_eq!(s.validate(&req(1, 0)).unwrap().time_limit_secs, 3600);
+}
+
+#[test]
+fn default_budget_on_uneven_nodes_is_the_share_of_the_poorest_node_that_fits() {
+    // node0: 4 CPUs, 16 GiB (4 GiB per CPU); node1: 8 CPUs, 8 GiB (1 GiB per CPU).
+    let topo = Topology {
+        nodes: vec![
+            Node {
+                id: 0,
+                cpus: IdSet::parse_list("0-3").unwrap(),
+                mem_bytes: 16 * GIB,
+            },
+            Node {
+                id: 1,
+                cpus: IdSet::parse_list("4-11").unwrap(),
+                mem_bytes: 8 * GIB,
+            },
+        ],
+    };
+    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
+    let budget = |cpus| {
+        s.validate(&Request {
+            cpus,
+            mem_bytes: None,
+            ..Default::default()
+        })
+        .unwrap()
+        .mem_bytes
+    };
+    // Either node can hold 2 CPUs: node1's share, never more than a share of either.
+    assert_eq!(budget(2), 2 * GIB);
+    // Only node1 has 6 CPUs: its share.
+    assert_eq!(budget(6), 6 * GIB);
+    // Wider than any node: the machine's share, 12 of 12 CPUs.
+    assert_eq!(budget(12), 24 * GIB);
 }
 
 // ---- placement ----
@@ -426,6 +470,20 @@ fn cpus_beyond_a_node_spread_over_nodes() {
     assert_eq!(a.cpus.len(), 6);
     assert_eq!(a.cpu_nodes(s.machine()).to_list(), "0-1");
     assert!(a.spread);
+    // Both nodes' CPUs, so both nodes' memory, each charged its CPUs' share.
+    assert_eq!(a.mem_nodes.to_list(), "0-1");
+    assert_eq!(a.mem_charge.iter().map(|c| c.1).sum::<u64>(), a.mem_bytes);
+    let cpus_on = |n: u32| {
+        a.cpus
+            .intersection_len(&s.machine().topology.nodes[n as usize].cpus) as u64
+    };
+    for (node, bytes) in &a.mem_charge {
+        let share = a.mem_bytes * cpus_on(*node) / 6;
+        assert!(
+            bytes.abs_diff(share) <= 1,
+            "node {node}: {bytes} for {share}"
+        );
+    }
 }
 
 #[test]
@@ -519,6 +577,63 @@ fn jobs_waiting_on_busy_devices_do_not_block_the_queue() {
     submit(&mut s, 2, req(1, 0));
     assert_eq!(started(&s.schedule(0)), vec![2]);
     assert_eq!(s.reason(1), Some(Reason::DevicesBusy));
+}
+
+#[test]
+fn fifo_strict_names_device_reasons_before_and_after_a_blocked_head() {
+    let mut s = sched(two_nodes(), Policy::FifoStrict);
+    s.set_health(0, Health::Busy { processes: 1 });
+    let on_gpu0 = Request {
+        devices: DeviceRequest {
+            count: 1,
+            vendor: Some(Vendor::Nv),
+            ids: vec![0],
+            exclude: vec![],
+        },
+        ..req(1, 0)
+    };
+    submit(&mut s, 1, req(4, 0));
+    assert_eq!(started(&s.schedule(0)), vec![1]);
+    // 2: waits on a GPU busy outside xlurm; 3: the head, 8 CPUs while job 1
+    // holds 4 of them; 4: after the head, on the busy GPU too; 5: after the
+    // head, would fit.
+    submit(&mut s, 2, on_gpu0.clone());
+    submit(&mut s, 3, req(8, 0));
+    submit(&mut s, 4, on_gpu0);
+    submit(&mut s, 5, req(1, 0));
+    assert!(s.schedule(0).is_empty());
+    assert_eq!(s.head(), Some(3));
+    assert_eq!(s.reason(2), Some(Reason::DevicesBusy), "before the head");
+    assert!(
+        matches!(
+            s.reason(3),
+            Some(Reason::Resources(Shortage::Cpus { need: 8, free: 4 }))
+        ),
+        "{:?}",
+        s.reason(3)
+    );
+    assert_eq!(s.reason(4), Some(Reason::DevicesBusy), "after the head");
+    assert_eq!(s.reason(5), Some(Reason::Priority), "held behind the head");
+}
+
+#[test]
+fn largest_first_lets_a_small_job_pass_a_larger_one_short_of_gpus() {
+    let mut s = sched(two_nodes(), Policy::LargestFirst);
+    submit(&mut s, 1, req(1, 1));
+    assert_eq!(started(&s.schedule(0)), vec![1]);
+    // 4 GPUs wait for job 1's; a later 1-GPU job goes first on what is free.
+    submit(&mut s, 2, req(1, 4));
+    submit(&mut s, 3, req(1, 1));
+    assert_eq!(started(&s.schedule(0)), vec![3]);
+    assert_eq!(s.head(), Some(2));
+    assert!(
+        matches!(
+            s.reason(2),
+            Some(Reason::Resources(Shortage::Devices { .. }))
+        ),
+        "{:?}",
+        s.reason(2)
+    );
 }
 
 #[test]
@@ -815,9 +930,9 @@ fn numa_local_needs_one_node_with_both_cpus_and_memory() {
             largest: "512M".into()
         }
     );
-    // A default budget is capped at what such a node has.
+    // A default budget is the CPUs' share of such a node: 2 of node 1's 6.
     let d = s.validate(&local(2, None)).unwrap();
-    assert_eq!(d.mem_bytes, GIB / 2);
+    assert_eq!(d.mem_bytes, GIB / 2 * 2 / 6);
     assert!(s.validate(&local(1, Some(4 * GIB))).is_ok());
     assert!(matches!(
         s.validate(&local(7, None)),
