@@ -439,9 +439,14 @@ The job runs as you, in the current directory, with your environment unless --cl
 it with xqueue(1), cancel it with xcancel(1); its output goes to the journal.";
 
 const XBATCH_SBATCH: &str = "\
-Lines starting with #SBATCH at the top of the script are read for --gres=gpu:N, --gpus, \
---cpus-per-task, --mem, --time, --job-name and --exclusive. Options on the command line win. \
-Other directives are named in a warning and otherwise ignored.";
+Lines starting with #SBATCH at the top of the script (up to its first command) are read as \
+Slurm's sbatch reads them, with the value attached or as the next word (--mem=8G or --mem 8G, \
+-c4 or -c 4): --gres=gpu[:TYPE][:N] (no count: 1), -G/--gpus [TYPE:]N, --gpus-per-node, \
+-c/--cpus-per-task, --mem (a plain number is megabytes), --mem-per-cpu (times the CPUs), \
+-t/--time (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED), -J/--job-name, -o/--output \
+(only %j is replaced), --exclusive, -N 1 and -n 1. Options on the command line win. Other \
+directives are named in a warning and otherwise ignored; a bad value of a directive xlurm reads \
+is an error naming its line, and nothing is queued.";
 
 const XBATCH_EXAMPLES: &str = "\
 $ xbatch -t 2h job.sh arg1

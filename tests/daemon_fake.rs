@@ -441,68 +441,267 @@ async fn the_served_interface_matches_dbus_xml() {
     );
 }
 
-/// `(name, in types, out types)` of each method in an introspection document.
-fn xml_methods(xml: &str) -> Vec<(String, String, String)> {
+/// What an interface in an introspection document declares.
+#[derive(Debug, Default)]
+struct Members {
+    /// `(name, in types, out types)`.
+    methods: Vec<(String, String, String)>,
+    /// `(name, argument types)`.
+    signals: Vec<(String, String)>,
+    properties: Vec<String>,
+}
+
+/// The members of the first interface in an introspection document.
+fn xml_members(xml: &str) -> Members {
     let attr = |line: &str, key: &str| {
-        line.split(&format!("{key}=\""))
+        line.split(&format!(" {key}=\""))
             .nth(1)
             .and_then(|r| r.split('"').next())
             .map(str::to_string)
     };
-    let mut out: Vec<(String, String, String)> = Vec::new();
+    let mut m = Members::default();
+    // Where the `<arg>`s seen go: the last method, or the last signal.
+    let mut in_signal = false;
     for line in xml.lines().map(str::trim) {
+        let name = || attr(line, "name").unwrap_or_default();
         if line.starts_with("<method ") {
-            out.push((
-                attr(line, "name").unwrap_or_default(),
-                String::new(),
-                String::new(),
-            ));
-        } else if line.starts_with("<arg ") && line.contains("direction=") {
-            if let (Some(m), Some(t)) = (out.last_mut(), attr(line, "type")) {
-                if attr(line, "direction").as_deref() == Some("in") {
-                    m.1.push_str(&t);
+            m.methods.push((name(), String::new(), String::new()));
+            in_signal = false;
+        } else if line.starts_with("<signal ") {
+            m.signals.push((name(), String::new()));
+            in_signal = true;
+        } else if line.starts_with("<property ") {
+            m.properties.push(name());
+        } else if line.starts_with("<arg ") {
+            let t = attr(line, "type").unwrap_or_default();
+            if in_signal {
+                if let Some(sig) = m.signals.last_mut() {
+                    sig.1.push_str(&t);
+                }
+            } else if let Some(meth) = m.methods.last_mut() {
+                if attr(line, "direction").as_deref() == Some("out") {
+                    meth.2.push_str(&t);
                 } else {
-                    m.2.push_str(&t);
+                    meth.1.push_str(&t);
                 }
             }
         } else if line.starts_with("</interface>") {
             break;
         }
     }
+    m
+}
+
+/// The D-Bus API section of the README, as the Scheduler1 part and the Job1
+/// bullet ("- One object per job ...").
+fn readme_dbus_parts() -> (String, String) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("\n## D-Bus API")
+        .expect("README has a D-Bus API section");
+    let rest = &readme[start + 1..];
+    let section = &rest[..rest[1..].find("\n## ").map_or(rest.len(), |i| i + 1)];
+    let job_at = section
+        .find("\n- One object per job")
+        .expect("README's D-Bus API describes the job objects");
+    let job_end = section[job_at + 1..]
+        .find("\n- ")
+        .map_or(section.len(), |i| job_at + 1 + i);
+    let job = section[job_at..job_end].to_string();
+    let scheduler = format!("{}{}", &section[..job_at], &section[job_end..]);
+    (scheduler, job)
+}
+
+/// Each "`Name(...)`" in README text: `(name, what follows "Name(" up to the
+/// closing backtick, whether the word before it is "signal")`.
+fn readme_calls(text: &str) -> Vec<(String, String, bool)> {
+    let parts: Vec<&str> = text.split('`').collect();
+    let mut out = Vec::new();
+    for (k, code) in parts.iter().enumerate().skip(1).step_by(2) {
+        let Some((name, shown)) = code.split_once('(') else {
+            continue;
+        };
+        if !name.starts_with(|c: char| c.is_ascii_uppercase())
+            || !name.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            continue;
+        }
+        let signal = parts[k - 1]
+            .trim_end()
+            .to_ascii_lowercase()
+            .ends_with("signal");
+        out.push((name.to_string(), shown.to_string(), signal));
+    }
     out
+}
+
+/// The types of a signature as the README shows it after "Name(":
+/// "t id, s x) -> (t id, a{sv} info)" -> ("ts", "ta{sv}").
+fn readme_signature(shown: &str) -> (String, String) {
+    let (args, ret) = shown.split_once(" -> ").unwrap_or((shown, ""));
+    let args = args.strip_suffix(')').unwrap_or(args);
+    // "t id, a{sv} info" -> "ta{sv}"; a lone word is a type ("s", "aa{sv}").
+    let types = |s: &str| -> String {
+        s.split(',')
+            .filter_map(|p| p.split_whitespace().next())
+            .collect()
+    };
+    let ret = match ret.strip_prefix('(') {
+        Some(r) => r.strip_suffix(')').unwrap_or(r),
+        None => ret,
+    };
+    (types(args), types(ret))
+}
+
+/// The backticked names in the list after "properties " in README text
+/// ("properties `A`, `B`, `C`." or "... `C`, with ...").
+fn readme_properties(text: &str) -> Vec<String> {
+    let Some(at) = text.find("properties ") else {
+        return Vec::new();
+    };
+    let mut rest = &text[at + "properties ".len()..];
+    let mut names = Vec::new();
+    loop {
+        rest = rest.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+        let Some(r) = rest.strip_prefix('`') else {
+            break;
+        };
+        let Some(end) = r.find('`') else { break };
+        names.push(r[..end].to_string());
+        rest = &r[end + 1..];
+    }
+    names
+}
+
+/// Both ways: what the README shows is what there is, once each.
+fn same_names(what: &str, readme: &[String], actual: &[String]) {
+    let missing: Vec<_> = actual.iter().filter(|n| !readme.contains(n)).collect();
+    let extra: Vec<_> = readme.iter().filter(|n| !actual.contains(n)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "README's D-Bus API and {what} differ: not in the README: {missing:?}; \
+         in the README but not in {what}: {extra:?}"
+    );
+    let mut once = readme.to_vec();
+    once.sort();
+    once.dedup();
+    assert_eq!(
+        once.len(),
+        readme.len(),
+        "README lists some of {what} twice: {readme:?}"
+    );
 }
 
 #[test]
 fn the_readme_documents_every_method_with_the_signature_it_has() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-    let xml = std::fs::read_to_string(format!("{root}/dbus/org.xlurm.Scheduler1.xml")).unwrap();
-    let xml = interface_block(&xml, "org.xlurm.Scheduler1");
-    let methods = xml_methods(&xml);
-    assert!(methods.len() > 8, "{methods:?}");
-    for (name, ins, outs) in &methods {
-        // `Name(types and names) -> out types`: compare the type letters.
-        let Some(at) = readme.find(&format!("`{name}(")) else {
-            panic!("README's D-Bus API does not show `{name}(...)`");
-        };
-        let text = &readme[at + name.len() + 2..];
-        let end = text.find('`').unwrap();
-        let shown = &text[..end];
-        let (args, ret) = shown.split_once(" -> ").unwrap_or((shown, ""));
-        let args = args.strip_suffix(')').unwrap_or(args);
-        // "t id, a{sv} info" -> "ta{sv}"; a lone word is a type ("s", "aa{sv}").
-        let types = |s: &str| -> String {
-            s.split(',')
-                .filter_map(|p| p.split_whitespace().next())
-                .collect()
-        };
-        assert_eq!(types(args), *ins, "README's {name} arguments: {shown}");
-        let ret = match ret.strip_prefix('(') {
-            Some(r) => r.strip_suffix(')').unwrap_or(r),
-            None => ret,
-        };
-        assert_eq!(types(ret), *outs, "README's {name} returns: {shown}");
+    let (scheduler, job) = readme_dbus_parts();
+    for (iface, text) in [
+        ("org.xlurm.Scheduler1", &scheduler),
+        ("org.xlurm.Job1", &job),
+    ] {
+        let path = format!("{}/dbus/{iface}.xml", env!("CARGO_MANIFEST_DIR"));
+        let xml = std::fs::read_to_string(&path).unwrap();
+        let methods = xml_members(&interface_block(&xml, iface)).methods;
+        assert!(!methods.is_empty(), "{path}: no methods");
+        let shown: Vec<(String, String)> = readme_calls(text)
+            .into_iter()
+            .filter(|(_, _, signal)| !signal)
+            .map(|(n, s, _)| (n, s))
+            .collect();
+        // Both ways: every method is shown, and every method shown exists.
+        same_names(
+            &format!("{iface}'s methods"),
+            &shown.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            &methods.iter().map(|(n, ..)| n.clone()).collect::<Vec<_>>(),
+        );
+        for (name, ins, outs) in &methods {
+            let (_, text) = shown.iter().find(|(n, _)| n == name).unwrap();
+            let (args, ret) = readme_signature(text);
+            assert_eq!(args, *ins, "README's {iface}.{name} arguments: {text}");
+            assert_eq!(ret, *outs, "README's {iface}.{name} returns: {text}");
+        }
     }
+}
+
+#[test]
+fn the_readme_documents_every_property_signal_and_error() {
+    let (scheduler, job) = readme_dbus_parts();
+    for (iface, text, min_props) in [
+        ("org.xlurm.Scheduler1", &scheduler, 3),
+        ("org.xlurm.Job1", &job, 18),
+    ] {
+        let path = format!("{}/dbus/{iface}.xml", env!("CARGO_MANIFEST_DIR"));
+        let xml = std::fs::read_to_string(&path).unwrap();
+        let m = xml_members(&interface_block(&xml, iface));
+        assert!(m.properties.len() >= min_props, "{path}: {m:?}");
+        same_names(
+            &format!("{iface}'s properties"),
+            &readme_properties(text),
+            &m.properties,
+        );
+        let signals: Vec<(String, String)> = readme_calls(text)
+            .into_iter()
+            .filter(|(_, _, signal)| *signal)
+            .map(|(n, s, _)| (n, s))
+            .collect();
+        same_names(
+            &format!("{iface}'s signals"),
+            &signals.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            &m.signals.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        );
+        for (name, types) in &m.signals {
+            let (_, text) = signals.iter().find(|(n, _)| n == name).unwrap();
+            let (args, ret) = readme_signature(text);
+            assert_eq!(
+                (args.as_str(), ret.as_str()),
+                (types.as_str(), ""),
+                "README's {iface}.{name} signal: {text}"
+            );
+        }
+    }
+    assert!(
+        scheduler.contains("Signal `JobStateChanged("),
+        "the parts are split as expected"
+    );
+
+    // Errors: "`org.xlurm.Scheduler1.Error.{A, B, ...}`" against the daemon's.
+    let prefix = "org.xlurm.Scheduler1.Error.{";
+    let at = scheduler
+        .find(prefix)
+        .expect("README lists the errors as org.xlurm.Scheduler1.Error.{...}");
+    let list = &scheduler[at + prefix.len()..];
+    let list = &list[..list.find('}').expect("the error list ends with }")];
+    let readme_errors: Vec<String> = list
+        .split(',')
+        .map(|n| format!("org.xlurm.Scheduler1.Error.{}", n.trim()))
+        .collect();
+    use xlurm::daemon::error::ApiError as E;
+    use zbus::DBusError;
+    let all = [
+        E::InvalidArgs(String::new()),
+        E::InvalidRequest(String::new()),
+        E::NoSuchJob(String::new()),
+        E::PermissionDenied(String::new()),
+        E::WrongState(String::new()),
+        E::LimitExceeded(String::new()),
+        E::Failed(String::new()),
+    ];
+    for e in &all {
+        // Stops compiling when an error is added: add it to `all` (and the README).
+        match e {
+            E::ZBus(_)
+            | E::InvalidArgs(_)
+            | E::InvalidRequest(_)
+            | E::NoSuchJob(_)
+            | E::PermissionDenied(_)
+            | E::WrongState(_)
+            | E::LimitExceeded(_)
+            | E::Failed(_) => {}
+        }
+    }
+    let code_errors: Vec<String> = all.iter().map(|e| e.name().to_string()).collect();
+    same_names("the daemon's errors", &readme_errors, &code_errors);
 }
 
 /// A job is followed through its unit's signals: its invocation is known

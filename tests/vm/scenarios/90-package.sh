@@ -1,10 +1,12 @@
 #!/bin/bash
-# The README's "Install and upgrade" as a new user follows it: the .deb (installed by the rig,
-# tests/vm/guest-install.sh) leaves xlurmd enabled and active; xinfo, xrun, xbatch, xqueue
-# work; an upgrade restarts xlurmd while a job keeps running and reports its exit code;
-# man pages and completions are there; remove stops xlurmd and keeps /var/lib/xlurm, purge
-# removes it; packaging/install.sh installs, runs and uninstalls from source; the package
-# goes back on at the end (installing it starts xlurmd with nothing else typed).
+# The README's "Install and upgrade" and "Using it" as a new user follows them: the .deb
+# (installed by the rig, tests/vm/guest-install.sh) leaves xlurmd enabled and active; xinfo,
+# xrun, xbatch (--wrap, and a script file with #SBATCH lines and an argument), xqueue (plain,
+# one job, --all --mine) and xlurm log work; an upgrade with the README's apt command
+# restarts xlurmd while a job keeps running and reports its exit code; man pages and
+# completions are there; remove stops xlurmd and keeps /var/lib/xlurm, purge removes it;
+# packaging/install.sh installs, runs and uninstalls from source; the package goes back on
+# at the end with the README's exact apt command (it starts xlurmd with nothing else typed).
 # timeout: 600
 set -euo pipefail
 . "$XLURM_VM_LIB"
@@ -19,9 +21,29 @@ v1=$(dpkg-deb -f "${debs[0]}" Version)
 v2=$(dpkg-deb -f "${upgrade[0]}" Version)
 note "packages: $v1, upgrade $v2"
 
-# apt, as the README says (without its warning about scripts); fails when apt fails
+# The README's install command, word for word (tests/vm/run stages README.md): the .deb
+# that packaging/build-deb.sh makes must have the name the README gives, and goes where
+# the README says it is (target/debian/); the upgrade goes next to it.
+[ -f README.md ] || fail "README.md not staged (tests/vm/run copies it into the share)"
+readme_install=$(grep -m1 -E '^sudo apt install \./target/debian/xlurm_[^ ]+_amd64\.deb$' README.md) \
+    || fail "README.md has no 'sudo apt install ./target/debian/xlurm_..._amd64.deb' line"
+note "README: $readme_install"
+mkdir -p target/debian
+assert_eq "./target/debian/$(basename "${debs[0]}")" "${readme_install#sudo apt install }" \
+    "the README's .deb is the one packaging/build-deb.sh builds"
+cp "${debs[0]}" "${upgrade[0]}" target/debian/
+new_deb=./target/debian/$(basename "${upgrade[0]}")
+
+# apt as the README says, as root (the image has no sudo; a user would answer the prompt,
+# -y does), without its warning about scripts; fails when apt fails.
 apt_() { apt "$@" 2>&1 | { grep -v 'does not have a stable CLI' || true; }; }
-apt_install() { apt_ install -y --no-install-recommends "$@"; }
+readme_apt() {   # readme_apt 'sudo apt install ./x.deb': that command, as root, with -y
+    local words
+    read -r -a words <<<"${1#sudo }"
+    [ "${words[0]} ${words[1]}" = "apt install" ] || fail "not an apt install command: $1"
+    note "+ ${words[*]:0:2} -y ${words[*]:2}"
+    apt_ install -y "${words[@]:2}"
+}
 daemon_pid() { systemctl show -p MainPID --value xlurmd; }
 job_id() { awk '/Submitted batch job/ {print $4}' <<<"$1"; }
 # (grep without -q reads xqueue's whole output: xlurm panics on a closed pipe)
@@ -59,14 +81,56 @@ echo "$out"
 assert_eq 0 "$rc" "xrun exit code"
 assert_contains "$out" "hello"
 
-check "xbatch --wrap, then xqueue"
+check "xbatch --wrap, then xqueue and xlurm log"
 out=$(as_user alice xbatch --wrap 'echo batch-90' 2>&1); echo "$out"
 id=$(job_id "$out")
 [ -n "$id" ] || fail "no job ID from xbatch"
 wait_for "as_user alice xqueue $id | grep 'State: COMPLETED' >/dev/null" 60
-out=$(as_user alice xqueue); echo "$out"
 out=$(as_user alice xqueue --all --mine); echo "$out"
 assert_contains "$out" "$id"
+out=$(as_user alice xlurm log "$id"); echo "$out"
+assert_eq batch-90 "$out" "xlurm log $id prints the job's output"
+
+check "xbatch -t 2h job.sh arg1: a script with #SBATCH lines, as the README shows"
+rm -f /home/alice/go-tour
+# As written for Slurm: values as the next word and attached, a directive xlurm ignores.
+as_user_sh alice 'cat > job.sh' <<'SCRIPT'
+#!/bin/bash
+#SBATCH --job-name tour-90
+#SBATCH -c 1
+#SBATCH --mem 300
+#SBATCH --time=10
+#SBATCH --partition=debug   # Slurm-only: a warning
+while [ ! -e ~/go-tour ]; do sleep 0.2; done
+echo "job.sh ran with $1 in $PWD"
+SCRIPT
+rc=0; out=$(as_user alice xbatch -t 2h job.sh arg1 2>&1) || rc=$?
+echo "$out"
+assert_eq 0 "$rc" "xbatch exit code"
+assert_contains "$out" "warning: #SBATCH --partition=debug is not supported here and was ignored"
+id=$(job_id "$out")
+[ -n "$id" ] || fail "no job ID from xbatch job.sh"
+wait_for "as_user alice xqueue $id | grep 'State: RUNNING' >/dev/null" 60
+
+check "xqueue: the running job in the active-jobs table"
+out=$(as_user alice xqueue); echo "$out"
+assert_contains "$(head -n 1 <<<"$out")" "ID USER" "xqueue's header"
+row=$(awk -v id="$id" '$1 == id' <<<"$out")
+[ -n "$row" ] || fail "job $id is not in plain xqueue's output"
+assert_eq "alice tour-90 RUNNING" "$(awk '{print $2, $3, $4}' <<<"$row")" "xqueue's row for job $id"
+out=$(as_user bob xqueue); echo "$out"
+assert_contains "$out" "tour-90" "bob sees alice's job in the summary"
+json=$(as_user alice xqueue "$id" --json)
+assert_contains "$json" '"time_limit": 7200' "-t 2h wins over #SBATCH --time=10"
+assert_contains "$json" "\"mem\": $((300 << 20))" "#SBATCH --mem 300 is 300 MB"
+assert_contains "$json" '"cpus": 1'
+as_user alice touch /home/alice/go-tour
+wait_for "as_user alice xqueue $id | grep 'State: COMPLETED' >/dev/null" 60
+out=$(as_user alice xlurm log "$id"); echo "$out"
+assert_eq "job.sh ran with arg1 in /home/alice" "$out" "the script ran with its argument"
+out=$(as_user alice xqueue); echo "$out"
+[ -z "$(awk -v id="$id" '$1 == id' <<<"$out")" ] || fail "finished job $id still in plain xqueue"
+rm -f /home/alice/go-tour /home/alice/job.sh
 
 check "upgrade to $v2 with a job running: xlurmd restarts, the job keeps running"
 rm -f /home/alice/go-90
@@ -76,7 +140,7 @@ wait_for "as_user alice xqueue $id | grep 'State: RUNNING' >/dev/null" 60
 job_pid=$(systemctl show -p MainPID --value "xlurm-job-$id.service")
 dpid=$(daemon_pid)
 note "job $id: unit PID $job_pid; xlurmd PID $dpid"
-apt_install "./${upgrade[0]}"
+readme_apt "sudo apt install $new_deb"
 assert_contains "$(dpkg -s xlurm)" "Version: $v2" "upgraded"
 assert_eq active "$(systemctl is-active xlurmd)" "xlurmd active after the upgrade"
 assert_ne "$dpid" "$(daemon_pid)" "xlurmd was restarted"
@@ -157,10 +221,13 @@ else
     note "(no binaries staged: packaging/install.sh not tried)"
 fi
 
-check "apt install ./xlurm_$v1.deb: xlurmd enabled and active with nothing else typed"
-apt_install "./${debs[0]}"
+check "the README's '$readme_install' then its first xrun: xlurmd enabled and active with nothing else typed"
+readme_apt "$readme_install"
 assert_contains "$(dpkg -s xlurm)" "Status: install ok installed"
+assert_contains "$(dpkg -s xlurm)" "Version: $v1"
 assert_eq enabled "$(systemctl is-enabled xlurmd)" "xlurmd enabled"
 assert_eq active "$(systemctl is-active xlurmd)" "xlurmd active"
-rc=0; as_user alice xrun -g 0 echo hello || rc=$?
+rc=0; out=$(as_user alice xrun -g 0 echo hello 2>&1) || rc=$?
+echo "$out"
 assert_eq 0 "$rc" "xrun after reinstall"
+assert_contains "$out" "hello"
