@@ -10,10 +10,10 @@
 //!
 //! 1. [`AccelConfig::from_env`] with the daemon's own environment (never a job's), then
 //!    [`select`]: the backends to use and their devices, plus warnings for skipped vendors.
-//! 2. Every couple of seconds, [`Poller::poll`] per backend (a blocking driver call on a
-//!    blocking thread, bounded by a timeout), then [`assess_all`] with who holds each
-//!    device and whose processes are whose ([`ProcCgroups`]) to get each device's
-//!    [`Health`].
+//! 2. Every couple of seconds, a monitoring [`round`] per backend: [`Poller::poll`] (a
+//!    blocking driver call on a blocking thread, bounded by a timeout), then [`judge`]
+//!    with who held each device while the poll ran and whose processes are whose
+//!    ([`ProcCgroups`]) to get each device's [`Health`].
 //! 3. When starting a job: [`visibility_env`] for its environment and [`device_allow`]
 //!    for its unit's `DeviceAllow=`.
 
@@ -23,6 +23,7 @@ mod hcu;
 mod health;
 mod hgml;
 mod loader;
+mod monitor;
 mod mtml;
 mod mxsml;
 mod nodes;
@@ -42,6 +43,7 @@ pub use env::{
     visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
 pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
+pub use monitor::{judge, round, Holders};
 pub use nodes::{
     device_allow, drm_nodes, normalize_bdf, processes_holding, sysfs_numa_node, UnknownDevice,
 };
