@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 use xlurm::accel::{
     assess_all, device_allow, library_override_var, open_backend, select, visibility_env,
-    AccelConfig, AccelError, Backend, BackendChoice, DiscoveredDevice, Poller, ProcCgroups,
-    NONE_VISIBLE, VISIBILITY_VARIABLES,
+    AccelConfig, AccelError, Backend, BackendChoice, DiscoveredDevice, LibrarySearch, Poller,
+    ProcCgroups, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
 use xlurm::core::{DeviceRef, Health, JobId, Vendor};
 
@@ -413,6 +413,109 @@ fn override_paths_disable_the_search_and_fail_clearly() {
     assert_eq!(
         config.libraries[&Vendor::Mx],
         PathBuf::from("/opt/x/libmxsml.so")
+    );
+}
+
+/// Each vendor's simulated library source, and the file name its loader would use.
+fn fake_source(vendor: Vendor) -> (&'static str, &'static str) {
+    match vendor {
+        Vendor::Nv => ("fake_nvml.c", "libnvidia-ml.so.1"),
+        Vendor::Asc => ("fake_dcmi.c", "libdcmi.so"),
+        Vendor::Mtt => ("fake_mtml.c", "libmtml.so"),
+        Vendor::Mx => ("fake_mxsml.c", "libmxsml.so"),
+        Vendor::Ppu => ("fake_hgml.c", "libhgml.so"),
+        Vendor::Hcu => ("fake_rocm_smi.c", "librocm_smi64.so"),
+    }
+}
+
+#[test]
+fn every_vendor_names_a_missing_override_and_its_variable() {
+    let rig = Rig::new();
+    for vendor in Vendor::ALL {
+        let missing = rig.path(&format!("gone/{}", fake_source(vendor).1));
+        let config = rig.config(BackendChoice::Only(vendor), &[(vendor, &missing)]);
+        let err = select(&config).unwrap_err();
+        assert!(matches!(err, AccelError::Load { .. }), "{vendor}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&missing.display().to_string())
+                && text.contains(library_override_var(vendor))
+                && text.contains("search disabled"),
+            "{vendor}: {text}"
+        );
+    }
+}
+
+#[test]
+fn every_vendor_searches_its_fixed_paths_in_order_then_reports_not_installed() {
+    let rig = Rig::new();
+    rig.state("device uuid=X-0 bdf=0000:01:00.0\n");
+    rig.compile("fake_hy_smi.c", "hy-smi", &[], true);
+    for vendor in Vendor::ALL {
+        let (source, name) = fake_source(vendor);
+        let dir = |d: &str| {
+            let dir = rig.path(&format!("{vendor}/{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            dir.join(name)
+        };
+        let (first, second, broken) = (dir("first"), dir("second"), dir("broken"));
+        let loader_name = format!("libxlurm-absent-{vendor}.so");
+        let mut config = rig.config(BackendChoice::Only(vendor), &[]);
+        config.libraries.remove(&vendor);
+        let mut search = |candidates: &[&PathBuf]| {
+            config.library_search.insert(
+                vendor,
+                LibrarySearch {
+                    candidates: candidates.iter().map(|p| p.to_path_buf()).collect(),
+                    loader_name: loader_name.clone(),
+                },
+            );
+            open_backend(vendor, &config).map(|b| b.library().to_path_buf())
+        };
+
+        // Missing candidates are skipped; a broken one is passed over.
+        let built = rig.lib(source, &format!("{vendor}/second/{name}"), &[]);
+        assert_eq!(built, second);
+        std::fs::write(&broken, "not a shared object").unwrap();
+        assert_eq!(
+            search(&[&first, &broken, &second]).unwrap(),
+            second,
+            "{vendor}"
+        );
+        // The first that loads wins.
+        rig.lib(source, &format!("{vendor}/first/{name}"), &[]);
+        assert_eq!(search(&[&first, &second]).unwrap(), first, "{vendor}");
+
+        // Nothing anywhere: "not installed", naming what was tried and the override.
+        let err = search(&[&rig.path("nowhere/lib.so")]).unwrap_err();
+        assert!(err.is_not_installed(), "{vendor}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&rig.path("nowhere/lib.so").display().to_string())
+                && text.contains(&loader_name)
+                && text.contains(library_override_var(vendor)),
+            "{vendor}: {text}"
+        );
+    }
+    // The documented defaults are what a fresh configuration searches.
+    let config = AccelConfig::new(BackendChoice::Auto);
+    for vendor in Vendor::ALL {
+        assert_eq!(
+            config.library_search[&vendor],
+            LibrarySearch::default_for(vendor)
+        );
+        assert_eq!(
+            LibrarySearch::default_for(vendor).loader_name,
+            fake_source(vendor).1
+        );
+    }
+    assert_eq!(
+        LibrarySearch::default_for(Vendor::Mx).candidates,
+        paths(&[
+            "/opt/mxdriver/lib/libmxsml.so",
+            "/opt/maca/lib/libmxsml.so",
+            "/opt/mxn100/lib/libmxsml.so"
+        ])
     );
 }
 
@@ -861,6 +964,15 @@ fn hgml_discovery_poll_and_process_api_fallback() {
     assert!(e.contains("hgmlDeviceGetUUID(0)"), "{e}");
     rig.state(&state.replace("PPU-1", "PPU-7"));
     assert!(unknown(&rig.health(&*backend, &devices, &[])[1]).contains("from PPU-1 to PPU-7"));
+    // HGML_ERROR_GPU_IS_LOST from a device query: unhealthy, naming the call.
+    rig.state(&state.replace("numa=0", "numa=0 fail=procs:15"));
+    let h = rig.health(&*backend, &devices, &[]);
+    let e = unhealthy(&h[0]);
+    assert!(
+        e.contains("hgmlDeviceGetComputeRunningProcesses_v3(0)") && e.contains("(15)"),
+        "{e}"
+    );
+    assert_eq!(h[1], Health::Ok);
 
     // Only the v2 process query: still usable.
     let v2 = rig.lib(
@@ -968,6 +1080,22 @@ device uuid=0x3333cccc bdf=0000:9c:00.0
     assert!(
         e.contains("--healthcheck") && e.contains("librocm_smi64.so.2"),
         "{e}"
+    );
+
+    // A library without the per-process device query is refused, naming both.
+    rig.state(state);
+    let lib = rig.lib(
+        "fake_rocm_smi.c",
+        "librocm_smi64-old.so",
+        &["OMIT_rsmi_compute_process_gpus_get"],
+    );
+    let config = rig.config(BackendChoice::Only(Vendor::Hcu), &[(Vendor::Hcu, &lib)]);
+    let err = select(&config).unwrap_err();
+    assert!(matches!(err, AccelError::MissingSymbol { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("rsmi_compute_process_gpus_get") && text.contains("librocm_smi64-old.so"),
+        "{text}"
     );
 }
 

@@ -43,6 +43,7 @@ pub use env::{
     visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
 pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
+pub use loader::LibrarySearch;
 pub use monitor::{judge, round, Holders};
 pub use nodes::{
     device_allow, drm_nodes, normalize_bdf, processes_holding, sysfs_numa_node, UnknownDevice,
@@ -152,11 +153,13 @@ pub trait Backend: Send + Sync {
 pub enum AccelError {
     /// No library found on the search path (no override was set). Normal on machines
     /// without that vendor; `auto` reports it as a warning.
-    #[error("{vendor}: {library} not found (tried {tried})")]
+    #[error("{vendor}: {library} not found (tried {tried}); install the vendor's driver and management library, or name the library with {var}")]
     NotInstalled {
         vendor: Vendor,
-        library: &'static str,
+        library: String,
         tried: String,
+        /// The override variable that names the library explicitly.
+        var: &'static str,
     },
     /// A library was found (or named by an override) but could not be loaded.
     #[error("{vendor}: cannot load {path}{origin}: {reason}")]
@@ -258,6 +261,9 @@ pub struct AccelConfig {
     pub backend: BackendChoice,
     /// Explicit library per vendor (from `XLURM_*_LIBRARY`); disables that vendor's search.
     pub libraries: BTreeMap<Vendor, PathBuf>,
+    /// Where each vendor's library is searched for when `libraries` has no override
+    /// (every vendor's documented search, [`LibrarySearch::default_for`]; tests replace it).
+    pub library_search: BTreeMap<Vendor, LibrarySearch>,
     /// Explicit `hy-smi` (from `XLURM_HCU_HEALTH_TOOL`); disables its search.
     pub hcu_health_tool: Option<PathBuf>,
     /// The daemon's `PATH`, searched for `hy-smi` after its fixed locations.
@@ -291,6 +297,10 @@ impl AccelConfig {
         AccelConfig {
             backend,
             libraries: BTreeMap::new(),
+            library_search: Vendor::ALL
+                .into_iter()
+                .map(|v| (v, LibrarySearch::default_for(v)))
+                .collect(),
             hcu_health_tool: None,
             path_var: None,
             sysfs_root: PathBuf::from("/sys"),
@@ -351,7 +361,16 @@ impl Selection {
 
 /// Loads and initialises one vendor's library (override or search), without discovery.
 pub fn open_backend(vendor: Vendor, config: &AccelConfig) -> Result<Arc<dyn Backend>, AccelError> {
-    let library = loader::open(vendor, config.libraries.get(&vendor).map(PathBuf::as_path))?;
+    let search = config
+        .library_search
+        .get(&vendor)
+        .cloned()
+        .unwrap_or_else(|| LibrarySearch::default_for(vendor));
+    let library = loader::open(
+        vendor,
+        config.libraries.get(&vendor).map(PathBuf::as_path),
+        &search,
+    )?;
     Ok(match vendor {
         Vendor::Nv => Arc::new(nvml::Nvml::new(library, config)?),
         Vendor::Asc => Arc::new(dcmi::Dcmi::new(library, config)?),
