@@ -30,6 +30,7 @@ impl Rig {
         };
         std::fs::create_dir_all(rig.sysfs().join("bus/pci/devices")).unwrap();
         std::fs::create_dir_all(rig.proc()).unwrap();
+        std::fs::create_dir_all(rig.dev()).unwrap();
         rig.state("");
         rig
     }
@@ -48,6 +49,17 @@ impl Rig {
 
     fn proc(&self) -> PathBuf {
         self.path("proc")
+    }
+
+    fn dev(&self) -> PathBuf {
+        self.path("dev")
+    }
+
+    /// Device nodes in the fake /dev (plain files: discovery only checks they exist).
+    fn dev_nodes(&self, names: &[&str]) {
+        for name in names {
+            std::fs::write(self.dev().join(name), "").unwrap();
+        }
     }
 
     /// Rewrites the state file every fake re-reads on each call.
@@ -131,6 +143,7 @@ impl Rig {
         let mut config = AccelConfig::from_env(backend, |k| env.get(k).map(Into::into));
         config.sysfs_root = self.sysfs();
         config.proc_root = self.proc();
+        config.dev_root = self.dev();
         config.tool_timeout = Duration::from_secs(5);
         config
     }
@@ -800,6 +813,7 @@ fn mtml_discovery_processes_from_proc_and_errors() {
     rig.pci("0000:1b:00.0", 1, &["renderD129", "card1"]);
     let state = "device uuid=MTT-0 bdf=0000:1a:00.0\ndevice uuid=MTT-1 bdf=0000:1b:00.0\n";
     rig.state(state);
+    rig.dev_nodes(&["mtgpu.0", "mtgpu.1"]);
     let lib = rig.lib("fake_mtml.c", "libmtml.so", &[]);
     let (backend, devices) = rig.one(Vendor::Mtt, &lib);
     assert_eq!(devices.len(), 2);
@@ -828,6 +842,9 @@ fn mtml_discovery_processes_from_proc_and_errors() {
     );
     rig.process(51, "/user.slice", &["/dev/mtgpu.1"]);
     rig.process(52, "/user.slice", &["/dev/dri/renderD130"]);
+    // A process whose descriptors cannot be listed is skipped, not a failed query.
+    std::fs::create_dir_all(rig.proc().join("53")).unwrap();
+    std::fs::write(rig.proc().join("53/fd"), "unreadable").unwrap();
     assert_eq!(
         rig.health(&*backend, &devices, &[(1, 1)]),
         vec![Health::Ok, Health::Busy { processes: 1 }]
@@ -845,6 +862,55 @@ fn mtml_discovery_processes_from_proc_and_errors() {
         e.contains("mtmlDeviceGetUUID(0)") && e.contains("MTML_ERROR_DRIVER_FAILURE (2)"),
         "{e}"
     );
+
+    // No /proc at all: the process query fails, the devices are unknown.
+    rig.state(state);
+    let mut config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &lib)]);
+    config.proc_root = rig.path("no-proc");
+    let active = select(&config).unwrap().active.remove(0);
+    let poll = active.backend.poll(&active.devices);
+    let h = assess_all(&active.devices, &poll, |_| None, |_| None);
+    assert!(
+        unknown(&h[0]).contains("open handles of mtt device 0")
+            && unknown(&h[0]).contains("no-proc"),
+        "{h:?}"
+    );
+
+    // The node mtmlDeviceGetGpuPath names is the device's node, and must exist.
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 node=/dev/mtgpu_x1"));
+    let config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &lib)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("device 1")
+            && text.contains("/dev/mtgpu_x1")
+            && text.contains("kernel driver"),
+        "{text}"
+    );
+    rig.dev_nodes(&["mtgpu_x1"]);
+    let (_, found) = rig.one(Vendor::Mtt, &lib);
+    assert_eq!(found[1].device_nodes[0], PathBuf::from("/dev/mtgpu_x1"));
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 node=mtgpu.1"));
+    let text = select(&config).unwrap_err().to_string();
+    assert!(text.contains("not a device node under /dev"), "{text}");
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 fail=path:4"));
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("mtmlDeviceGetGpuPath(1)") && text.contains("MTML_ERROR_NOT_SUPPORTED"),
+        "{text}"
+    );
+    // Without mtmlDeviceGetGpuPath: /dev/mtgpu.<index>, which must exist too.
+    let no_path = rig.lib(
+        "fake_mtml.c",
+        "libmtml-nopath.so",
+        &["OMIT_mtmlDeviceGetGpuPath"],
+    );
+    rig.state(&format!("{state}device uuid=MTT-2 bdf=0000:1b:00.0\n"));
+    let config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &no_path)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(text.contains("/dev/mtgpu.2"), "{text}");
+    rig.state(state);
+    let (_, found) = rig.one(Vendor::Mtt, &no_path);
+    assert_eq!(found[1].device_nodes[0], PathBuf::from("/dev/mtgpu.1"));
 
     // No render node in sysfs: the device could not be fenced in, so discovery fails.
     rig.state("device uuid=MTT-0 bdf=0000:77:00.0\n");
@@ -942,6 +1008,15 @@ fn hgml_discovery_poll_and_process_api_fallback() {
     let state = "device uuid=PPU-0 bdf=0000:61:00.0 numa=0\ndevice uuid=PPU-1 bdf=0000:62:00.0\n";
     rig.state(state);
     let lib = rig.lib("fake_hgml.c", "libhgml.so", &[]);
+    // A PPU whose node does not exist cannot be given to a job: discovery says which.
+    rig.dev_nodes(&["alixpu_ppu0"]);
+    let config = rig.config(BackendChoice::Only(Vendor::Ppu), &[(Vendor::Ppu, &lib)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("ppu") && text.contains("device 1") && text.contains("/dev/alixpu_ppu1"),
+        "{text}"
+    );
+    rig.dev_nodes(&["alixpu_ppu1"]);
     let (backend, devices) = rig.one(Vendor::Ppu, &lib);
     assert_eq!(backend.api(), "HGML v2");
     assert_eq!(devices[0].numa_node, Some(0));

@@ -272,6 +272,9 @@ pub struct AccelConfig {
     pub sysfs_root: PathBuf,
     /// Root of procfs (`/proc`); tests point it at a fake tree.
     pub proc_root: PathBuf,
+    /// Where device nodes are (`/dev`): discovery checks that the per-device nodes it
+    /// names for PPU and Moore Threads exist there; tests point it at a fake tree.
+    pub dev_root: PathBuf,
     /// How long an external probe (`hy-smi --healthcheck`) may run.
     pub tool_timeout: Duration,
 }
@@ -292,7 +295,7 @@ pub fn library_override_var(vendor: Vendor) -> &'static str {
 pub const HCU_HEALTH_TOOL_VAR: &str = "XLURM_HCU_HEALTH_TOOL";
 
 impl AccelConfig {
-    /// No overrides, the real `/sys` and `/proc`, a 3 s tool timeout.
+    /// No overrides, the real `/sys`, `/proc` and `/dev`, a 3 s tool timeout.
     pub fn new(backend: BackendChoice) -> Self {
         AccelConfig {
             backend,
@@ -305,6 +308,7 @@ impl AccelConfig {
             path_var: None,
             sysfs_root: PathBuf::from("/sys"),
             proc_root: PathBuf::from("/proc"),
+            dev_root: PathBuf::from("/dev"),
             tool_timeout: Duration::from_secs(3),
         }
     }
