@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 use xlurm::accel::{
     assess_all, device_allow, library_override_var, open_backend, select, visibility_env,
-    AccelConfig, AccelError, Backend, BackendChoice, DiscoveredDevice, Poller, ProcCgroups,
-    NONE_VISIBLE, VISIBILITY_VARIABLES,
+    AccelConfig, AccelError, Backend, BackendChoice, DiscoveredDevice, LibrarySearch, Poller,
+    ProcCgroups, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
 use xlurm::core::{DeviceRef, Health, JobId, Vendor};
 
@@ -30,6 +30,7 @@ impl Rig {
         };
         std::fs::create_dir_all(rig.sysfs().join("bus/pci/devices")).unwrap();
         std::fs::create_dir_all(rig.proc()).unwrap();
+        std::fs::create_dir_all(rig.dev()).unwrap();
         rig.state("");
         rig
     }
@@ -48,6 +49,17 @@ impl Rig {
 
     fn proc(&self) -> PathBuf {
         self.path("proc")
+    }
+
+    fn dev(&self) -> PathBuf {
+        self.path("dev")
+    }
+
+    /// Device nodes in the fake /dev (plain files: discovery only checks they exist).
+    fn dev_nodes(&self, names: &[&str]) {
+        for name in names {
+            std::fs::write(self.dev().join(name), "").unwrap();
+        }
     }
 
     /// Rewrites the state file every fake re-reads on each call.
@@ -131,6 +143,7 @@ impl Rig {
         let mut config = AccelConfig::from_env(backend, |k| env.get(k).map(Into::into));
         config.sysfs_root = self.sysfs();
         config.proc_root = self.proc();
+        config.dev_root = self.dev();
         config.tool_timeout = Duration::from_secs(5);
         config
     }
@@ -416,6 +429,109 @@ fn override_paths_disable_the_search_and_fail_clearly() {
     );
 }
 
+/// Each vendor's simulated library source, and the file name its loader would use.
+fn fake_source(vendor: Vendor) -> (&'static str, &'static str) {
+    match vendor {
+        Vendor::Nv => ("fake_nvml.c", "libnvidia-ml.so.1"),
+        Vendor::Asc => ("fake_dcmi.c", "libdcmi.so"),
+        Vendor::Mtt => ("fake_mtml.c", "libmtml.so"),
+        Vendor::Mx => ("fake_mxsml.c", "libmxsml.so"),
+        Vendor::Ppu => ("fake_hgml.c", "libhgml.so"),
+        Vendor::Hcu => ("fake_rocm_smi.c", "librocm_smi64.so"),
+    }
+}
+
+#[test]
+fn every_vendor_names_a_missing_override_and_its_variable() {
+    let rig = Rig::new();
+    for vendor in Vendor::ALL {
+        let missing = rig.path(&format!("gone/{}", fake_source(vendor).1));
+        let config = rig.config(BackendChoice::Only(vendor), &[(vendor, &missing)]);
+        let err = select(&config).unwrap_err();
+        assert!(matches!(err, AccelError::Load { .. }), "{vendor}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&missing.display().to_string())
+                && text.contains(library_override_var(vendor))
+                && text.contains("search disabled"),
+            "{vendor}: {text}"
+        );
+    }
+}
+
+#[test]
+fn every_vendor_searches_its_fixed_paths_in_order_then_reports_not_installed() {
+    let rig = Rig::new();
+    rig.state("device uuid=X-0 bdf=0000:01:00.0\n");
+    rig.compile("fake_hy_smi.c", "hy-smi", &[], true);
+    for vendor in Vendor::ALL {
+        let (source, name) = fake_source(vendor);
+        let dir = |d: &str| {
+            let dir = rig.path(&format!("{vendor}/{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            dir.join(name)
+        };
+        let (first, second, broken) = (dir("first"), dir("second"), dir("broken"));
+        let loader_name = format!("libxlurm-absent-{vendor}.so");
+        let mut config = rig.config(BackendChoice::Only(vendor), &[]);
+        config.libraries.remove(&vendor);
+        let mut search = |candidates: &[&PathBuf]| {
+            config.library_search.insert(
+                vendor,
+                LibrarySearch {
+                    candidates: candidates.iter().map(|p| p.to_path_buf()).collect(),
+                    loader_name: loader_name.clone(),
+                },
+            );
+            open_backend(vendor, &config).map(|b| b.library().to_path_buf())
+        };
+
+        // Missing candidates are skipped; a broken one is passed over.
+        let built = rig.lib(source, &format!("{vendor}/second/{name}"), &[]);
+        assert_eq!(built, second);
+        std::fs::write(&broken, "not a shared object").unwrap();
+        assert_eq!(
+            search(&[&first, &broken, &second]).unwrap(),
+            second,
+            "{vendor}"
+        );
+        // The first that loads wins.
+        rig.lib(source, &format!("{vendor}/first/{name}"), &[]);
+        assert_eq!(search(&[&first, &second]).unwrap(), first, "{vendor}");
+
+        // Nothing anywhere: "not installed", naming what was tried and the override.
+        let err = search(&[&rig.path("nowhere/lib.so")]).unwrap_err();
+        assert!(err.is_not_installed(), "{vendor}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&rig.path("nowhere/lib.so").display().to_string())
+                && text.contains(&loader_name)
+                && text.contains(library_override_var(vendor)),
+            "{vendor}: {text}"
+        );
+    }
+    // The documented defaults are what a fresh configuration searches.
+    let config = AccelConfig::new(BackendChoice::Auto);
+    for vendor in Vendor::ALL {
+        assert_eq!(
+            config.library_search[&vendor],
+            LibrarySearch::default_for(vendor)
+        );
+        assert_eq!(
+            LibrarySearch::default_for(vendor).loader_name,
+            fake_source(vendor).1
+        );
+    }
+    assert_eq!(
+        LibrarySearch::default_for(Vendor::Mx).candidates,
+        paths(&[
+            "/opt/mxdriver/lib/libmxsml.so",
+            "/opt/maca/lib/libmxsml.so",
+            "/opt/mxn100/lib/libmxsml.so"
+        ])
+    );
+}
+
 #[test]
 fn init_failure_of_a_named_vendor_is_an_error() {
     let rig = Rig::new();
@@ -697,6 +813,7 @@ fn mtml_discovery_processes_from_proc_and_errors() {
     rig.pci("0000:1b:00.0", 1, &["renderD129", "card1"]);
     let state = "device uuid=MTT-0 bdf=0000:1a:00.0\ndevice uuid=MTT-1 bdf=0000:1b:00.0\n";
     rig.state(state);
+    rig.dev_nodes(&["mtgpu.0", "mtgpu.1"]);
     let lib = rig.lib("fake_mtml.c", "libmtml.so", &[]);
     let (backend, devices) = rig.one(Vendor::Mtt, &lib);
     assert_eq!(devices.len(), 2);
@@ -725,6 +842,9 @@ fn mtml_discovery_processes_from_proc_and_errors() {
     );
     rig.process(51, "/user.slice", &["/dev/mtgpu.1"]);
     rig.process(52, "/user.slice", &["/dev/dri/renderD130"]);
+    // A process whose descriptors cannot be listed is skipped, not a failed query.
+    std::fs::create_dir_all(rig.proc().join("53")).unwrap();
+    std::fs::write(rig.proc().join("53/fd"), "unreadable").unwrap();
     assert_eq!(
         rig.health(&*backend, &devices, &[(1, 1)]),
         vec![Health::Ok, Health::Busy { processes: 1 }]
@@ -742,6 +862,55 @@ fn mtml_discovery_processes_from_proc_and_errors() {
         e.contains("mtmlDeviceGetUUID(0)") && e.contains("MTML_ERROR_DRIVER_FAILURE (2)"),
         "{e}"
     );
+
+    // No /proc at all: the process query fails, the devices are unknown.
+    rig.state(state);
+    let mut config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &lib)]);
+    config.proc_root = rig.path("no-proc");
+    let active = select(&config).unwrap().active.remove(0);
+    let poll = active.backend.poll(&active.devices);
+    let h = assess_all(&active.devices, &poll, |_| None, |_| None);
+    assert!(
+        unknown(&h[0]).contains("open handles of mtt device 0")
+            && unknown(&h[0]).contains("no-proc"),
+        "{h:?}"
+    );
+
+    // The node mtmlDeviceGetGpuPath names is the device's node, and must exist.
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 node=/dev/mtgpu_x1"));
+    let config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &lib)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("device 1")
+            && text.contains("/dev/mtgpu_x1")
+            && text.contains("kernel driver"),
+        "{text}"
+    );
+    rig.dev_nodes(&["mtgpu_x1"]);
+    let (_, found) = rig.one(Vendor::Mtt, &lib);
+    assert_eq!(found[1].device_nodes[0], PathBuf::from("/dev/mtgpu_x1"));
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 node=mtgpu.1"));
+    let text = select(&config).unwrap_err().to_string();
+    assert!(text.contains("not a device node under /dev"), "{text}");
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 fail=path:4"));
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("mtmlDeviceGetGpuPath(1)") && text.contains("MTML_ERROR_NOT_SUPPORTED"),
+        "{text}"
+    );
+    // Without mtmlDeviceGetGpuPath: /dev/mtgpu.<index>, which must exist too.
+    let no_path = rig.lib(
+        "fake_mtml.c",
+        "libmtml-nopath.so",
+        &["OMIT_mtmlDeviceGetGpuPath"],
+    );
+    rig.state(&format!("{state}device uuid=MTT-2 bdf=0000:1b:00.0\n"));
+    let config = rig.config(BackendChoice::Only(Vendor::Mtt), &[(Vendor::Mtt, &no_path)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(text.contains("/dev/mtgpu.2"), "{text}");
+    rig.state(state);
+    let (_, found) = rig.one(Vendor::Mtt, &no_path);
+    assert_eq!(found[1].device_nodes[0], PathBuf::from("/dev/mtgpu.1"));
 
     // No render node in sysfs: the device could not be fenced in, so discovery fails.
     rig.state("device uuid=MTT-0 bdf=0000:77:00.0\n");
@@ -839,6 +1008,15 @@ fn hgml_discovery_poll_and_process_api_fallback() {
     let state = "device uuid=PPU-0 bdf=0000:61:00.0 numa=0\ndevice uuid=PPU-1 bdf=0000:62:00.0\n";
     rig.state(state);
     let lib = rig.lib("fake_hgml.c", "libhgml.so", &[]);
+    // A PPU whose node does not exist cannot be given to a job: discovery says which.
+    rig.dev_nodes(&["alixpu_ppu0"]);
+    let config = rig.config(BackendChoice::Only(Vendor::Ppu), &[(Vendor::Ppu, &lib)]);
+    let text = select(&config).unwrap_err().to_string();
+    assert!(
+        text.contains("ppu") && text.contains("device 1") && text.contains("/dev/alixpu_ppu1"),
+        "{text}"
+    );
+    rig.dev_nodes(&["alixpu_ppu1"]);
     let (backend, devices) = rig.one(Vendor::Ppu, &lib);
     assert_eq!(backend.api(), "HGML v2");
     assert_eq!(devices[0].numa_node, Some(0));
@@ -861,6 +1039,15 @@ fn hgml_discovery_poll_and_process_api_fallback() {
     assert!(e.contains("hgmlDeviceGetUUID(0)"), "{e}");
     rig.state(&state.replace("PPU-1", "PPU-7"));
     assert!(unknown(&rig.health(&*backend, &devices, &[])[1]).contains("from PPU-1 to PPU-7"));
+    // HGML_ERROR_GPU_IS_LOST from a device query: unhealthy, naming the call.
+    rig.state(&state.replace("numa=0", "numa=0 fail=procs:15"));
+    let h = rig.health(&*backend, &devices, &[]);
+    let e = unhealthy(&h[0]);
+    assert!(
+        e.contains("hgmlDeviceGetComputeRunningProcesses_v3(0)") && e.contains("(15)"),
+        "{e}"
+    );
+    assert_eq!(h[1], Health::Ok);
 
     // Only the v2 process query: still usable.
     let v2 = rig.lib(
@@ -968,6 +1155,22 @@ device uuid=0x3333cccc bdf=0000:9c:00.0
     assert!(
         e.contains("--healthcheck") && e.contains("librocm_smi64.so.2"),
         "{e}"
+    );
+
+    // A library without the per-process device query is refused, naming both.
+    rig.state(state);
+    let lib = rig.lib(
+        "fake_rocm_smi.c",
+        "librocm_smi64-old.so",
+        &["OMIT_rsmi_compute_process_gpus_get"],
+    );
+    let config = rig.config(BackendChoice::Only(Vendor::Hcu), &[(Vendor::Hcu, &lib)]);
+    let err = select(&config).unwrap_err();
+    assert!(matches!(err, AccelError::MissingSymbol { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("rsmi_compute_process_gpus_get") && text.contains("librocm_smi64-old.so"),
+        "{text}"
     );
 }
 

@@ -21,7 +21,10 @@
 //!
 //! HGML has no health query xlurm relies on: a PPU is unhealthy only when a query says
 //! the device is lost; other failures, invalid answers and UUID changes make it unknown.
-//! Device nodes: `/dev/alixpu_ppu<index>`, `/dev/alixpu`, `/dev/alixpu_ctl`.
+//! Device nodes: `/dev/alixpu_ppu<index>`, `/dev/alixpu`, `/dev/alixpu_ctl`. HGML has no
+//! call naming a device's node and the PPU driver's sysfs layout is not documented, so
+//! the per-device node follows the HGML index; discovery fails, naming the node, when
+//! it does not exist (under `AccelConfig::dev_root`).
 
 use super::loader::Lib;
 use super::nvml::{opt, req, Nodes, NvmlLike, Table};

@@ -7,53 +7,59 @@ use libloading::Library;
 use std::ffi::{c_char, c_uint, CStr};
 use std::path::{Path, PathBuf};
 
-/// Where each vendor's library is looked for, before the dynamic loader's own search.
-pub(crate) struct Spec {
-    /// Absolute paths tried first, in order.
-    pub candidates: &'static [&'static str],
-    /// The name finally handed to the dynamic loader (`LD_LIBRARY_PATH`, ld.so.cache...).
-    pub loader_name: &'static str,
+/// Where a vendor's library is looked for when no override names it: the fixed
+/// paths, in order, then one name handed to the dynamic loader's own search
+/// (`LD_LIBRARY_PATH`, `ld.so.cache`, the default directories).
+///
+/// [`LibrarySearch::default_for`] is the vendor's documented search; it is what
+/// [`super::AccelConfig`] holds unless a test replaces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibrarySearch {
+    /// Absolute paths tried first, in order; missing ones are skipped.
+    pub candidates: Vec<PathBuf>,
+    /// The name finally handed to the dynamic loader.
+    pub loader_name: String,
 }
 
-pub(crate) fn spec(vendor: Vendor) -> Spec {
-    match vendor {
-        Vendor::Nv => Spec {
-            candidates: &[],
-            loader_name: "libnvidia-ml.so.1",
-        },
-        Vendor::Asc => Spec {
-            candidates: &[
-                "/usr/local/dcmi/libdcmi.so",
-                "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",
-            ],
-            loader_name: "libdcmi.so",
-        },
-        Vendor::Mtt => Spec {
-            candidates: &[],
-            loader_name: "libmtml.so",
-        },
-        Vendor::Mx => Spec {
-            candidates: &[
-                "/opt/mxdriver/lib/libmxsml.so",
-                "/opt/maca/lib/libmxsml.so",
-                "/opt/mxn100/lib/libmxsml.so",
-            ],
-            loader_name: "libmxsml.so",
-        },
-        Vendor::Ppu => Spec {
-            candidates: &[
-                "/usr/local/PPU_SDK/lib/libhgml.so",
-                "/usr/local/PPU_SDK/targets/x86_64-linux/lib/libhgml.so",
-            ],
-            loader_name: "libhgml.so",
-        },
-        Vendor::Hcu => Spec {
-            candidates: &[
-                "/opt/hyhal/lib/librocm_smi64.so",
-                "/opt/dtk/.hyhal/rocm_smi/lib/librocm_smi64.so",
-            ],
-            loader_name: "librocm_smi64.so",
-        },
+impl LibrarySearch {
+    pub fn default_for(vendor: Vendor) -> LibrarySearch {
+        let (candidates, loader_name): (&[&str], &str) = match vendor {
+            Vendor::Nv => (&[], "libnvidia-ml.so.1"),
+            Vendor::Asc => (
+                &[
+                    "/usr/local/dcmi/libdcmi.so",
+                    "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",
+                ],
+                "libdcmi.so",
+            ),
+            Vendor::Mtt => (&[], "libmtml.so"),
+            Vendor::Mx => (
+                &[
+                    "/opt/mxdriver/lib/libmxsml.so",
+                    "/opt/maca/lib/libmxsml.so",
+                    "/opt/mxn100/lib/libmxsml.so",
+                ],
+                "libmxsml.so",
+            ),
+            Vendor::Ppu => (
+                &[
+                    "/usr/local/PPU_SDK/lib/libhgml.so",
+                    "/usr/local/PPU_SDK/targets/x86_64-linux/lib/libhgml.so",
+                ],
+                "libhgml.so",
+            ),
+            Vendor::Hcu => (
+                &[
+                    "/opt/hyhal/lib/librocm_smi64.so",
+                    "/opt/dtk/.hyhal/rocm_smi/lib/librocm_smi64.so",
+                ],
+                "librocm_smi64.so",
+            ),
+        };
+        LibrarySearch {
+            candidates: candidates.iter().map(PathBuf::from).collect(),
+            loader_name: loader_name.to_string(),
+        }
     }
 }
 
@@ -81,8 +87,12 @@ fn dlopen(path: &Path) -> Result<Library, String> {
 }
 
 /// Opens `vendor`'s library: the explicit `override_path` alone when set (it must be
-/// absolute; no search), else the vendor's fixed paths, then the loader's search.
-pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, AccelError> {
+/// absolute; no search), else `search`: its fixed paths, then the loader's search.
+pub(crate) fn open(
+    vendor: Vendor,
+    override_path: Option<&Path>,
+    search: &LibrarySearch,
+) -> Result<Lib, AccelError> {
     if let Some(path) = override_path {
         let var = super::library_override_var(vendor);
         if !path.is_absolute() {
@@ -104,10 +114,8 @@ pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, 
                 reason,
             });
     }
-    let spec = spec(vendor);
     let mut failures = Vec::new();
-    for candidate in spec.candidates {
-        let path = Path::new(candidate);
+    for path in &search.candidates {
         if !path.exists() {
             continue;
         }
@@ -122,7 +130,7 @@ pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, 
             Err(reason) => failures.push((path.to_path_buf(), reason)),
         }
     }
-    let name = Path::new(spec.loader_name);
+    let name = Path::new(&search.loader_name);
     match dlopen(name) {
         Ok(lib) => Ok(Lib {
             vendor,
@@ -135,7 +143,7 @@ pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, 
                 for (p, r) in failures.iter().skip(1) {
                     all.push_str(&format!("; {}: {r}", p.display()));
                 }
-                all.push_str(&format!("; {}: {reason}", spec.loader_name));
+                all.push_str(&format!("; {}: {reason}", search.loader_name));
                 Err(AccelError::Load {
                     vendor,
                     path: path.clone(),
@@ -143,13 +151,17 @@ pub(crate) fn open(vendor: Vendor, override_path: Option<&Path>) -> Result<Lib, 
                     reason: all,
                 })
             } else if reason.contains("No such file") || reason.contains("cannot open shared") {
-                let mut tried: Vec<String> =
-                    spec.candidates.iter().map(|c| c.to_string()).collect();
-                tried.push(format!("{} via the dynamic loader", spec.loader_name));
+                let mut tried: Vec<String> = search
+                    .candidates
+                    .iter()
+                    .map(|c| c.display().to_string())
+                    .collect();
+                tried.push(format!("{} via the dynamic loader", search.loader_name));
                 Err(AccelError::NotInstalled {
                     vendor,
-                    library: spec.loader_name,
+                    library: search.loader_name.clone(),
                     tried: tried.join(", "),
+                    var: super::library_override_var(vendor),
                 })
             } else {
                 Err(AccelError::Load {

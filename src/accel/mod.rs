@@ -10,10 +10,10 @@
 //!
 //! 1. [`AccelConfig::from_env`] with the daemon's own environment (never a job's), then
 //!    [`select`]: the backends to use and their devices, plus warnings for skipped vendors.
-//! 2. Every couple of seconds, [`Poller::poll`] per backend (a blocking driver call on a
-//!    blocking thread, bounded by a timeout), then [`assess_all`] with who holds each
-//!    device and whose processes are whose ([`ProcCgroups`]) to get each device's
-//!    [`Health`].
+//! 2. Every couple of seconds, a monitoring [`round`] per backend: [`Poller::poll`] (a
+//!    blocking driver call on a blocking thread, bounded by a timeout), then [`judge`]
+//!    with who held each device while the poll ran and whose processes are whose
+//!    ([`ProcCgroups`]) to get each device's [`Health`].
 //! 3. When starting a job: [`visibility_env`] for its environment and [`device_allow`]
 //!    for its unit's `DeviceAllow=`.
 
@@ -23,6 +23,7 @@ mod hcu;
 mod health;
 mod hgml;
 mod loader;
+mod monitor;
 mod mtml;
 mod mxsml;
 mod nodes;
@@ -42,6 +43,8 @@ pub use env::{
     visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
 pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
+pub use loader::LibrarySearch;
+pub use monitor::{judge, round, Holders};
 pub use nodes::{
     device_allow, drm_nodes, normalize_bdf, processes_holding, sysfs_numa_node, UnknownDevice,
 };
@@ -150,11 +153,13 @@ pub trait Backend: Send + Sync {
 pub enum AccelError {
     /// No library found on the search path (no override was set). Normal on machines
     /// without that vendor; `auto` reports it as a warning.
-    #[error("{vendor}: {library} not found (tried {tried})")]
+    #[error("{vendor}: {library} not found (tried {tried}); install the vendor's driver and management library, or name the library with {var}")]
     NotInstalled {
         vendor: Vendor,
-        library: &'static str,
+        library: String,
         tried: String,
+        /// The override variable that names the library explicitly.
+        var: &'static str,
     },
     /// A library was found (or named by an override) but could not be loaded.
     #[error("{vendor}: cannot load {path}{origin}: {reason}")]
@@ -256,6 +261,9 @@ pub struct AccelConfig {
     pub backend: BackendChoice,
     /// Explicit library per vendor (from `XLURM_*_LIBRARY`); disables that vendor's search.
     pub libraries: BTreeMap<Vendor, PathBuf>,
+    /// Where each vendor's library is searched for when `libraries` has no override
+    /// (every vendor's documented search, [`LibrarySearch::default_for`]; tests replace it).
+    pub library_search: BTreeMap<Vendor, LibrarySearch>,
     /// Explicit `hy-smi` (from `XLURM_HCU_HEALTH_TOOL`); disables its search.
     pub hcu_health_tool: Option<PathBuf>,
     /// The daemon's `PATH`, searched for `hy-smi` after its fixed locations.
@@ -264,6 +272,9 @@ pub struct AccelConfig {
     pub sysfs_root: PathBuf,
     /// Root of procfs (`/proc`); tests point it at a fake tree.
     pub proc_root: PathBuf,
+    /// Where device nodes are (`/dev`): discovery checks that the per-device nodes it
+    /// names for PPU and Moore Threads exist there; tests point it at a fake tree.
+    pub dev_root: PathBuf,
     /// How long an external probe (`hy-smi --healthcheck`) may run.
     pub tool_timeout: Duration,
 }
@@ -284,15 +295,20 @@ pub fn library_override_var(vendor: Vendor) -> &'static str {
 pub const HCU_HEALTH_TOOL_VAR: &str = "XLURM_HCU_HEALTH_TOOL";
 
 impl AccelConfig {
-    /// No overrides, the real `/sys` and `/proc`, a 3 s tool timeout.
+    /// No overrides, the real `/sys`, `/proc` and `/dev`, a 3 s tool timeout.
     pub fn new(backend: BackendChoice) -> Self {
         AccelConfig {
             backend,
             libraries: BTreeMap::new(),
+            library_search: Vendor::ALL
+                .into_iter()
+                .map(|v| (v, LibrarySearch::default_for(v)))
+                .collect(),
             hcu_health_tool: None,
             path_var: None,
             sysfs_root: PathBuf::from("/sys"),
             proc_root: PathBuf::from("/proc"),
+            dev_root: PathBuf::from("/dev"),
             tool_timeout: Duration::from_secs(3),
         }
     }
@@ -349,7 +365,16 @@ impl Selection {
 
 /// Loads and initialises one vendor's library (override or search), without discovery.
 pub fn open_backend(vendor: Vendor, config: &AccelConfig) -> Result<Arc<dyn Backend>, AccelError> {
-    let library = loader::open(vendor, config.libraries.get(&vendor).map(PathBuf::as_path))?;
+    let search = config
+        .library_search
+        .get(&vendor)
+        .cloned()
+        .unwrap_or_else(|| LibrarySearch::default_for(vendor));
+    let library = loader::open(
+        vendor,
+        config.libraries.get(&vendor).map(PathBuf::as_path),
+        &search,
+    )?;
     Ok(match vendor {
         Vendor::Nv => Arc::new(nvml::Nvml::new(library, config)?),
         Vendor::Asc => Arc::new(dcmi::Dcmi::new(library, config)?),

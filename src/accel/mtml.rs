@@ -12,6 +12,8 @@
 //! MtmlReturn mtmlDeviceGetUUID(const MtmlDevice *dev, char *uuid, unsigned int length);
 //! MtmlReturn mtmlDeviceGetPciInfo(const MtmlDevice *dev, MtmlPciInfo *pci);
 //! const char *mtmlErrorString(MtmlReturn result);
+//! /* optional (MTML_DEVICE_PATH_BUFFER_SIZE = 64): */
+//! MtmlReturn mtmlDeviceGetGpuPath(const MtmlDevice *dev, char *path, unsigned int length);
 //!
 //! typedef struct { char sbdf[32]; unsigned int segment, bus, device, pciDeviceId,
 //!                  pciSubsystemId, busWidth; float pciMaxSpeed, pciCurSpeed;
@@ -19,16 +21,29 @@
 //!                  int rsvd[6]; } MtmlPciInfo;
 //! ```
 //!
-//! MTML's public API has no per-device process query, so the processes using a Moore
-//! Threads device are those holding one of its device nodes open (`/proc/<pid>/fd`, which
-//! the root daemon can read; a process it cannot inspect makes the device unknown).
-//! MTML has no health query xlurm relies on: failures and UUID changes make a device
-//! unknown. Device nodes: `/dev/mtgpu.<index>` and the device's own DRM nodes
-//! (`/dev/dri/renderD*` and `/dev/dri/card*`, from sysfs by PCI address).
+//! What the public `mtml.h` does not have, and what xlurm does instead:
+//!
+//! * **No per-device process query.** The only PIDs MTML reports are those of video
+//!   codec sessions (`mtmlVpuGetEncoderSessionMetrics`), not compute users. So the
+//!   processes using a Moore Threads device are those holding one of its device nodes
+//!   open (`/proc/<pid>/fd`, which the root daemon can read). A process whose
+//!   descriptors cannot be listed is skipped (see [`processes_holding`]).
+//! * **No "GPU is lost" status and no health query.** `MtmlReturn` stops at
+//!   `MTML_ERROR_RESOURCE_IS_BUSY` (12) and `MTML_ERROR_UNKNOWN` (999); a lost device
+//!   shows up as failing queries, which make it unknown (allocation paused), never
+//!   healthy. Some third-party Python bindings list a `MTML_ERROR_GPU_IS_LOST` (669),
+//!   but their other codes contradict the header, so xlurm does not rely on it.
+//!
+//! Device nodes: the one `mtmlDeviceGetGpuPath` names when the library exports it
+//! (it must be an absolute `/dev/...` path), else `/dev/mtgpu.<index>`; either must
+//! exist (under `AccelConfig::dev_root`) or discovery fails naming it. Plus the device's
+//! own DRM nodes (`/dev/dri/renderD*` and `/dev/dri/card*`, from sysfs by PCI address).
 
 use super::loader::{buf_string, c_string, Lib};
-use super::nodes::{normalize_bdf, processes_holding, required_drm_nodes, sysfs_numa_node};
-use super::nvml::{req, F};
+use super::nodes::{
+    normalize_bdf, processes_holding, require_node, required_drm_nodes, sysfs_numa_node,
+};
+use super::nvml::{opt, req, F};
 use super::{
     AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
 };
@@ -42,6 +57,8 @@ type LibPtr = *mut c_void;
 type DevPtr = *mut c_void;
 
 const UUID_BUFFER: usize = 48;
+/// `MTML_DEVICE_PATH_BUFFER_SIZE`.
+const PATH_BUFFER: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -70,6 +87,7 @@ struct Api {
     free: F<unsafe extern "C" fn(DevPtr) -> R>,
     uuid: F<unsafe extern "C" fn(DevPtr, *mut c_char, c_uint) -> R>,
     pci: F<unsafe extern "C" fn(DevPtr, *mut PciInfo) -> R>,
+    gpu_path: Option<F<unsafe extern "C" fn(DevPtr, *mut c_char, c_uint) -> R>>,
     error_string: F<unsafe extern "C" fn(R) -> *const c_char>,
 }
 
@@ -80,6 +98,7 @@ pub(crate) struct Mtml {
     handle: Mutex<usize>,
     sysfs_root: PathBuf,
     proc_root: PathBuf,
+    dev_root: PathBuf,
 }
 
 /// A device opened with `mtmlLibraryInitDeviceByIndex`, freed on drop.
@@ -109,6 +128,7 @@ impl Mtml {
                 free: req(&lib, "mtmlLibraryFreeDevice")?,
                 uuid: req(&lib, "mtmlDeviceGetUUID")?,
                 pci: req(&lib, "mtmlDeviceGetPciInfo")?,
+                gpu_path: opt(&lib, "mtmlDeviceGetGpuPath"),
                 error_string: req(&lib, "mtmlErrorString")?,
             }
         };
@@ -125,6 +145,7 @@ impl Mtml {
             handle: Mutex::new(handle as usize),
             sysfs_root: config.sysfs_root.clone(),
             proc_root: config.proc_root.clone(),
+            dev_root: config.dev_root.clone(),
         })
     }
 
@@ -192,12 +213,43 @@ impl Mtml {
         })
     }
 
+    /// The device's own node: what `mtmlDeviceGetGpuPath` says, else `/dev/mtgpu.<index>`.
+    fn gpu_node(&self, dev: &Opened, index: u32) -> Result<PathBuf, AccelError> {
+        let Some(f) = &self.api.gpu_path else {
+            return Ok(PathBuf::from(format!("/dev/mtgpu.{index}")));
+        };
+        let mut buf = [0 as c_char; PATH_BUFFER];
+        // SAFETY: the buffer's length is passed.
+        let status = unsafe { (f.f)(dev.dev, buf.as_mut_ptr(), PATH_BUFFER as c_uint) };
+        if status != 0 {
+            return Err(AccelError::query(
+                Vendor::Mtt,
+                self.fail(f.name, index, status),
+            ));
+        }
+        let path = PathBuf::from(buf_string(&buf));
+        if !path.starts_with("/dev") || path == Path::new("/dev") {
+            return Err(AccelError::invalid(
+                Vendor::Mtt,
+                format!(
+                    "{}({index}) gave {:?}, not a device node under /dev; the library does \
+                     not match this xlurm (report it with the MTML version)",
+                    f.name,
+                    path.display()
+                ),
+            ));
+        }
+        Ok(path)
+    }
+
     fn discover_one(&self, lib: LibPtr, index: u32) -> Result<DiscoveredDevice, AccelError> {
         let q = |e| AccelError::query(Vendor::Mtt, e);
         let dev = self.open(lib, index).map_err(q)?;
         let uuid = self.uuid(&dev, index).map_err(q)?;
         let bdf = self.bdf(&dev, index).map_err(q)?;
-        let mut device_nodes = vec![PathBuf::from(format!("/dev/mtgpu.{index}"))];
+        let node = self.gpu_node(&dev, index)?;
+        require_node(Vendor::Mtt, &self.dev_root, &node, index)?;
+        let mut device_nodes = vec![node];
         device_nodes.extend(required_drm_nodes(
             Vendor::Mtt,
             &self.sysfs_root,

@@ -104,10 +104,40 @@ pub(crate) fn required_drm_nodes(
     Ok(nodes)
 }
 
+/// Fails discovery when a device's own node is missing: `node` is its `/dev/...` path,
+/// looked up under `dev_root` (normally `/dev`; tests use a fake tree). A job given the
+/// device could not be let at a node that does not exist, so it could not use it.
+pub(crate) fn require_node(
+    vendor: Vendor,
+    dev_root: &Path,
+    node: &Path,
+    index: u32,
+) -> Result<(), super::AccelError> {
+    let on_disk = match node.strip_prefix("/dev") {
+        Ok(rest) => dev_root.join(rest),
+        Err(_) => node.to_path_buf(),
+    };
+    match std::fs::symlink_metadata(&on_disk) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(super::AccelError::invalid(
+            vendor,
+            format!(
+                "device {index}: its node {} cannot be found ({}: {e}); load the vendor's \
+                 kernel driver (or check its udev rules) so that the node exists, or run \
+                 without this vendor (--backends)",
+                node.display(),
+                on_disk.display()
+            ),
+        )),
+    }
+}
+
 /// PIDs (from `<proc_root>/<pid>/fd/*`) holding any of `nodes` open, sorted.
 ///
-/// Processes that vanish while being read are skipped; a process whose descriptors
-/// cannot be read (permissions) is an error, since skipping it could hide a user.
+/// Processes that vanish while being read, or whose descriptors cannot be listed (a
+/// process in another PID namespace, a `hidepid` mount, a security module), are
+/// skipped: one process xlurm cannot inspect must not make every device unknown for
+/// as long as it runs. Only failing to list `proc_root` itself is an error.
 pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>, String> {
     let mut pids = Vec::new();
     let entries = std::fs::read_dir(proc_root)
@@ -120,11 +150,8 @@ pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>
         else {
             continue;
         };
-        let fd_dir = entry.path().join("fd");
-        let fds = match std::fs::read_dir(&fd_dir) {
-            Ok(fds) => fds,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("cannot inspect {}: {e}", fd_dir.display())),
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
         };
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
@@ -236,6 +263,9 @@ mod tests {
         link(12, 5, "/dev/dri/renderD128");
         link(12, 6, "/dev/mtgpu.0");
         std::fs::create_dir_all(proc.path().join("self")).unwrap();
+        // A process whose descriptors cannot be listed is skipped, not an error.
+        std::fs::create_dir_all(proc.path().join("13")).unwrap();
+        std::fs::write(proc.path().join("13/fd"), "not a directory").unwrap();
         let nodes = [
             PathBuf::from("/dev/mtgpu.0"),
             PathBuf::from("/dev/dri/renderD128"),
@@ -245,6 +275,23 @@ mod tests {
             vec![10, 12]
         );
         assert!(processes_holding(&proc.path().join("missing"), &nodes).is_err());
+    }
+
+    #[test]
+    fn a_missing_device_node_fails_discovery_naming_it() {
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::write(dev.path().join("mtgpu.0"), "").unwrap();
+        require_node(Vendor::Mtt, dev.path(), Path::new("/dev/mtgpu.0"), 0).unwrap();
+        let err = require_node(Vendor::Ppu, dev.path(), Path::new("/dev/alixpu_ppu1"), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ppu")
+                && err.contains("device 1")
+                && err.contains("/dev/alixpu_ppu1")
+                && err.contains("kernel driver"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! device unhealthy; any other failure is a query error (the device becomes unknown).
 
 use super::loader::{buf_string, c_string, fill_list, Lib};
-use super::nodes::{format_bdf, normalize_bdf, sysfs_numa_node};
+use super::nodes::{format_bdf, normalize_bdf, require_node, sysfs_numa_node};
 use super::{
     AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
 };
@@ -119,7 +119,7 @@ pub(crate) struct Table {
 pub(crate) enum Nodes {
     /// `/dev/nvidia<minor>` plus NVIDIA's control and UVM nodes.
     Nvidia,
-    /// `/dev/alixpu_ppu<index>` plus `/dev/alixpu` and `/dev/alixpu_ctl`.
+    /// `/dev/alixpu_ppu<index>` (which must exist) plus `/dev/alixpu` and `/dev/alixpu_ctl`.
     Ppu,
 }
 
@@ -131,6 +131,7 @@ pub(crate) struct NvmlLike {
     t: Table,
     nodes: Nodes,
     sysfs_root: PathBuf,
+    dev_root: PathBuf,
     lock: Mutex<()>,
 }
 
@@ -198,6 +199,7 @@ impl NvmlLike {
             t,
             nodes,
             sysfs_root: config.sysfs_root.clone(),
+            dev_root: config.dev_root.clone(),
             lock: Mutex::new(()),
         })
     }
@@ -317,11 +319,17 @@ impl NvmlLike {
                     PathBuf::from("/dev/nvidia-uvm-tools"),
                 ]
             }
-            Nodes::Ppu => vec![
-                PathBuf::from(format!("/dev/alixpu_ppu{index}")),
-                PathBuf::from("/dev/alixpu"),
-                PathBuf::from("/dev/alixpu_ctl"),
-            ],
+            Nodes::Ppu => {
+                // HGML names no device node and no PCI-to-node mapping is documented,
+                // so the node follows the index; it must exist (see the module docs).
+                let own = PathBuf::from(format!("/dev/alixpu_ppu{index}"));
+                require_node(self.vendor, &self.dev_root, &own, index)?;
+                vec![
+                    own,
+                    PathBuf::from("/dev/alixpu"),
+                    PathBuf::from("/dev/alixpu_ctl"),
+                ]
+            }
         })
     }
 

@@ -436,10 +436,9 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     for active in &daemon.accel {
         let poller = crate::accel::Poller::new(active.backend.clone(), active.devices.clone());
         let d = daemon.clone();
-        let devices = active.devices.clone();
-        tasks.push(tokio::spawn(async move {
-            monitor_devices(d, poller, devices).await
-        }));
+        tasks.push(tokio::spawn(
+            async move { monitor_devices(d, poller).await },
+        ));
     }
     // Safety net for missed signals, retention (every minute) and status.
     {
@@ -466,52 +465,45 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
 }
 
 /// Polls one backend forever, applying health changes and logging each change once.
-async fn monitor_devices(
-    d: Arc<Daemon>,
-    poller: crate::accel::Poller,
-    devices: Vec<crate::accel::DiscoveredDevice>,
-) {
+/// Each [`crate::accel::round`] judges the poll against the holders read again after it,
+/// under the state lock, so a device given to a job during the poll is never marked
+/// busy because that job's process appears.
+async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
     let procs = crate::accel::ProcCgroups::new("/proc");
     loop {
-        let holders: std::collections::HashMap<(crate::core::Vendor, u32), u64> = {
-            let st = d.state.lock().await;
-            let m = st.sched.machine();
-            (0..m.devices.len())
-                .filter_map(|s| {
-                    st.sched
-                        .holder(s)
-                        .map(|j| ((m.devices[s].vendor, m.devices[s].index), j))
-                })
-                .collect()
-        };
-        let healths = poller
-            .poll_health(
-                Duration::from_secs(5),
-                |dev| holders.get(&(dev.vendor, dev.index)).copied(),
-                |pid| procs.job_of(pid),
-            )
-            .await;
-        let mut freed = false;
-        {
-            let mut st = d.state.lock().await;
-            for (dev, health) in devices.iter().zip(healths) {
-                let Some(slot) = st.sched.machine().slot(dev.vendor, dev.index) else {
-                    continue;
-                };
-                let old = st.sched.machine().devices[slot].health.clone();
-                if old != health {
-                    tracing::info!(
-                        "{}:{} is now {:?} (was {:?})",
-                        dev.vendor,
-                        dev.index,
-                        health,
-                        old
-                    );
-                    freed |= health == crate::core::Health::Ok;
-                    st.sched.set_health(slot, health);
+        let freed = crate::accel::round(
+            &poller,
+            Duration::from_secs(5),
+            &d.state,
+            |st, dev| {
+                let slot = st.sched.machine().slot(dev.vendor, dev.index)?;
+                st.sched.holder(slot)
+            },
+            |pid| procs.job_of(pid),
+            |st, verdicts| {
+                let mut freed = false;
+                for (dev, verdict) in poller.devices().iter().zip(verdicts) {
+                    let Some(health) = verdict else { continue };
+                    let Some(slot) = st.sched.machine().slot(dev.vendor, dev.index) else {
+                        continue;
+                    };
+                    let old = st.sched.machine().devices[slot].health.clone();
+                    if old != health {
+                        tracing::info!(
+                            "{}:{} is now {:?} (was {:?})",
+                            dev.vendor,
+                            dev.index,
+                            health,
+                            old
+                        );
+                        freed |= health == crate::core::Health::Ok;
+                        st.sched.set_health(slot, health);
+                    }
                 }
-            }
-        }
+                freed
+            },
+        )
+        .await;
         if freed {
             d.kick.notify_one();
         }

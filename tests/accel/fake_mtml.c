@@ -2,7 +2,8 @@
  * Simulated Moore Threads MTML (libmtml.so) exporting the subset xlurm uses; see
  * fake_state.h for the state file. MTML has no process query in its public API, so
  * xlurm finds the processes using a Moore Threads device from /proc (the tests give it
- * a fake /proc tree); procs= is ignored here.
+ * a fake /proc tree); procs= is ignored here. mtmlDeviceGetGpuPath reports node=
+ * (failing with fail=path:CODE).
  *
  * Drop a function with -DOMIT_<symbol>, e.g. -DOMIT_mtmlDeviceGetUUID.
  */
@@ -134,6 +135,20 @@ MtmlReturn mtmlDeviceGetPciInfo(const MtmlDevice *dev, MtmlPciInfo *pci)
     pci->segment = d->domain;
     pci->bus = d->bus;
     pci->device = d->dev;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mtmlDeviceGetGpuPath
+MtmlReturn mtmlDeviceGetGpuPath(const MtmlDevice *dev, char *path, unsigned int length)
+{
+    struct fake_device *d;
+    MtmlReturn r = lookup(dev, "path", &d);
+    if (r)
+        return r;
+    if (strlen(d->node) + 1 > length)
+        return 6;
+    strcpy(path, d->node);
     return 0;
 }
 #endif

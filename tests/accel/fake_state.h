@@ -22,11 +22,13 @@
  *   numa=N          NUMA node from the library; -1: the library does not know (default -1)
  *   health=N        vendor health code; 0 is healthy (default 0)
  *   reason=STR      unavailable reason (MXSML), no blanks
+ *   node=PATH       the device node MTML's mtmlDeviceGetGpuPath reports
+ *                   (default /dev/mtgpu.<index>)
  *   card=N chip=N   DCMI v1 card and chip (default card=index chip=0)
  *   procs=P,P,...   compute processes using the device
  *   gprocs=P,...    graphics processes (NVML)
  *   fail=WHAT:CODE,...   make one query fail with CODE; WHAT is one of
- *                   handle uuid pci minor numa procs gprocs health gpus
+ *                   handle uuid pci minor numa procs gprocs health gpus path
  *
  * If the state file cannot be read, init functions fail (code 999) so that a
  * misconfigured test is loud rather than silently empty.
@@ -57,6 +59,7 @@ struct fake_device {
     int numa;
     int health;
     char reason[64];
+    char node[64];
     int card, chip;
     unsigned procs[FAKE_MAX_PROCS];
     int nprocs;
@@ -142,6 +145,7 @@ static void fake_parse_device(char *rest, struct fake_device *d, int index)
     d->minor = index;
     d->numa = -1;
     d->card = index;
+    snprintf(d->node, sizeof d->node, "/dev/mtgpu.%d", index);
     for (char *tok = strtok(rest, " \t\r\n"); tok; tok = strtok(NULL, " \t\r\n")) {
         char *eq = strchr(tok, '=');
         if (!eq)
@@ -160,6 +164,8 @@ static void fake_parse_device(char *rest, struct fake_device *d, int index)
             d->health = atoi(v);
         else if (!strcmp(k, "reason"))
             snprintf(d->reason, sizeof d->reason, "%s", v);
+        else if (!strcmp(k, "node"))
+            snprintf(d->node, sizeof d->node, "%s", v);
         else if (!strcmp(k, "card"))
             d->card = atoi(v);
         else if (!strcmp(k, "chip"))
