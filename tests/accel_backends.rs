@@ -892,10 +892,15 @@ fn mtml_discovery_processes_from_proc_and_errors() {
     rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 node=mtgpu.1"));
     let text = select(&config).unwrap_err().to_string();
     assert!(text.contains("not a device node under /dev"), "{text}");
+    // A device for which the call is not supported: /dev/mtgpu.<index>.
     rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 fail=path:4"));
+    let (_, found) = rig.one(Vendor::Mtt, &lib);
+    assert_eq!(found[1].device_nodes[0], PathBuf::from("/dev/mtgpu.1"));
+    // Any other failure of the call is an error naming it.
+    rig.state(&state.replace("bdf=0000:1b:00.0", "bdf=0000:1b:00.0 fail=path:2"));
     let text = select(&config).unwrap_err().to_string();
     assert!(
-        text.contains("mtmlDeviceGetGpuPath(1)") && text.contains("MTML_ERROR_NOT_SUPPORTED"),
+        text.contains("mtmlDeviceGetGpuPath(1)") && text.contains("MTML_ERROR_DRIVER_FAILURE"),
         "{text}"
     );
     // Without mtmlDeviceGetGpuPath: /dev/mtgpu.<index>, which must exist too.

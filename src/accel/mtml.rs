@@ -57,6 +57,8 @@ type LibPtr = *mut c_void;
 type DevPtr = *mut c_void;
 
 const UUID_BUFFER: usize = 48;
+/// `MTML_ERROR_NOT_SUPPORTED` (mtml.h).
+const MTML_ERROR_NOT_SUPPORTED: R = 4;
 /// `MTML_DEVICE_PATH_BUFFER_SIZE`.
 const PATH_BUFFER: usize = 64;
 
@@ -213,14 +215,20 @@ impl Mtml {
         })
     }
 
-    /// The device's own node: what `mtmlDeviceGetGpuPath` says, else `/dev/mtgpu.<index>`.
+    /// The device's own node: what `mtmlDeviceGetGpuPath` says, else (not
+    /// exported, or `MTML_ERROR_NOT_SUPPORTED` for this device)
+    /// `/dev/mtgpu.<index>`.
     fn gpu_node(&self, dev: &Opened, index: u32) -> Result<PathBuf, AccelError> {
+        let fallback = || PathBuf::from(format!("/dev/mtgpu.{index}"));
         let Some(f) = &self.api.gpu_path else {
-            return Ok(PathBuf::from(format!("/dev/mtgpu.{index}")));
+            return Ok(fallback());
         };
         let mut buf = [0 as c_char; PATH_BUFFER];
         // SAFETY: the buffer's length is passed.
         let status = unsafe { (f.f)(dev.dev, buf.as_mut_ptr(), PATH_BUFFER as c_uint) };
+        if status == MTML_ERROR_NOT_SUPPORTED {
+            return Ok(fallback());
+        }
         if status != 0 {
             return Err(AccelError::query(
                 Vendor::Mtt,

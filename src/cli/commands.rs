@@ -685,6 +685,12 @@ fn slurm_mem(v: &str) -> Result<String, String> {
             );
         }
         format!("{v}M")
+    } else if v.ends_with(|c: char| c.is_ascii_digit()) {
+        // 1.5 or 1e3 without a unit: Slurm refuses these; as bytes they would
+        // make a budget that kills the job at once.
+        return Err(format!(
+            "{v:?}: a size without a unit is a whole number of megabytes (e.g. 4000, or 1.5G)"
+        ));
     } else {
         v.to_string()
     };
@@ -1264,7 +1270,9 @@ fn json_text<T: serde::Serialize>(v: &T) -> Result<String> {
 
 /// Writes a command's whole output at once: a reader that stops early
 /// (`xqueue 5 | grep -q RUNNING` under `set -o pipefail`) then never makes
-/// the command die of SIGPIPE between two of its lines.
+/// the command die of SIGPIPE between two of its lines, as long as the
+/// output fits the pipe's buffer (64 KiB on Linux). Longer output, like any
+/// program's, may still meet a reader gone.
 fn emit(text: &str) -> Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -1483,6 +1491,8 @@ mod tests {
                 "line 2: #SBATCH --mem=lots: invalid size",
             ),
             ("#SBATCH --mem=8X", "invalid size"),
+            ("#SBATCH --mem=1.5", "whole number of megabytes"),
+            ("#SBATCH --mem-per-cpu 1e3", "whole number of megabytes"),
             (
                 "#SBATCH --mem=0",
                 "0 (all of a node's memory) is not supported",

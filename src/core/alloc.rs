@@ -570,11 +570,10 @@ fn place_cpus(
         used.push((i, take));
     }
     if cpus_left > 0 {
-        // The CPUs are on nodes with no memory left to budget.
-        return Err(Reason::Resources(Shortage::Memory {
-            node: None,
-            need: m,
-            free: total_mem,
+        // The other free CPUs are on nodes with no memory left to budget.
+        return Err(Reason::Resources(Shortage::Cpus {
+            need: c,
+            free: c - cpus_left,
         }));
     }
     Ok((cpus, spread_charge(m, c, &used, &avail.mem, nodes), true))

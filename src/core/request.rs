@@ -175,7 +175,8 @@ fn check_unique(ids: &[u32]) -> Result<(), RequestError> {
 /// `min_job_mem` and capped at what exists. The budget is settled at
 /// submission (it is reported then, and the policies reserve by it), before
 /// the job's node is known: where nodes differ in memory per CPU, it is the
-/// share on the node with the least per CPU among those with enough CPUs, so
+/// share on the node with the least per CPU among those with enough CPUs (and
+/// memory of their own: a CPU-only node's CPUs use other nodes' memory), so
 /// that a default budget is never more than the job's share of the node it
 /// lands on. A job wider than every node (spread) gets its CPUs' share of
 /// the whole machine.
@@ -186,7 +187,7 @@ pub fn default_budget(machine: &Machine, cpus: u32, limits: &Limits) -> u64 {
     let node_share = topo
         .nodes
         .iter()
-        .filter(|n| n.cpus.len() >= cpus)
+        .filter(|n| n.cpus.len() >= cpus && n.mem_bytes > 0)
         .map(|n| share(n.mem_bytes, n.cpus.len()))
         .min();
     node_share

@@ -895,6 +895,58 @@ fn exclusive_job_on_busy_devices_never_becomes_the_head() {
 }
 
 #[test]
+fn cpus_of_a_node_without_memory_left_are_no_use_and_the_reason_says_cpus() {
+    // node0: CPUs only (its memory all budgeted below); node1: 4 CPUs, 8 GiB.
+    let mut s = sched(two_nodes(), Policy::FifoStrict);
+    submit(
+        &mut s,
+        1,
+        Request {
+            mem_bytes: Some(8 * GIB),
+            ..req(1, 0)
+        },
+    );
+    let a = s.schedule(0).remove(0).1;
+    assert_eq!(a.mem_nodes.len(), 1);
+    // 6 CPUs: 3 free on the full node are no use; 4 on the other.
+    submit(&mut s, 2, req(6, 0));
+    assert!(s.schedule(0).is_empty());
+    assert_eq!(
+        s.reason(2),
+        Some(Reason::Resources(Shortage::Cpus { need: 6, free: 4 }))
+    );
+}
+
+#[test]
+fn default_budget_ignores_nodes_without_memory() {
+    // node0: 4 CPUs, no memory of its own; node1: 2 CPUs, 4 GiB.
+    let topo = Topology::from_nodes(vec![
+        Node {
+            id: 0,
+            cpus: IdSet::range(0, 4),
+            mem_bytes: 0,
+        },
+        Node {
+            id: 1,
+            cpus: IdSet::range(4, 6),
+            mem_bytes: 4 * GIB,
+        },
+    ]);
+    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
+    let budget = |cpus| {
+        s.validate(&Request {
+            cpus,
+            mem_bytes: None,
+            ..Default::default()
+        })
+        .unwrap()
+        .mem_bytes
+    };
+    assert_eq!(budget(1), 2 * GIB, "node1's share, not node0's nothing");
+    assert_eq!(budget(3), 2 * GIB, "wider than node1: the machine's share");
+}
+
+#[test]
 fn numa_local_needs_one_node_with_both_cpus_and_memory() {
     // Node 0: 1 CPU, 4 GiB; node 1: 6 CPUs, 512 MiB; node 2: memory only.
     let topo = Topology::from_nodes(vec![
