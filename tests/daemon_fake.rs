@@ -1454,3 +1454,50 @@ async fn a_reader_that_stops_at_the_line_it_wants_does_not_kill_the_cli() {
     }
     c.cancel(id).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
+    // xlurmd goes away while xrun follows a job (an upgrade, `systemctl
+    // restart`): xrun's calls fail meanwhile; it waits, and reports the
+    // job's exit code once xlurmd answers again.
+    let LostStarts {
+        e,
+        c,
+        _d: (d, conn),
+        _tools,
+    } = lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hi"}"#),
+        0,
+    )
+    .await;
+    let xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["--user", "run", "--", "/bin/sh", "-c", "sleep 3; exit 5"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let id = loop {
+        let listed = cli_json(&e, &["queue", "--json"]);
+        if let Some(id) = listed[0]["id"].as_u64() {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no job submitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    wait_state(&c, id, "RUNNING").await;
+    drop(d);
+    conn.release_name("org.xlurm.Scheduler1").await.unwrap();
+    drop(conn);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _back = daemon(&e).await;
+    let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("waiting for it to come back"), "{stderr}");
+    assert!(stderr.contains("answers again"), "{stderr}");
+}

@@ -346,8 +346,19 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
     let mut stream = LogStream::default();
+    // It answered the submission.
+    stream.outage.answered = true;
     loop {
-        let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
+        // xlurmd restarting (an upgrade, an admin): wait for it, signals and all.
+        let Some(job) = stream.outage.check(p.get_job(id).await, user)? else {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = int.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+                _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+                _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            }
+            continue;
+        };
         let state = get_str(&job, "state");
         if get::<u64>(&job, "start_time").unwrap_or(0) > 0 && state == "RUNNING" {
             if !said_started {
@@ -442,9 +453,60 @@ async fn wait_for_change(changes: &mut super::client::JobStateChangedStream, id:
     std::future::pending::<()>().await;
 }
 
+/// How long xrun and `xlurm log` wait for xlurmd to answer again (a restart
+/// or an upgrade takes seconds) before giving up.
+const OUTAGE_MAX: Duration = Duration::from_secs(120);
+
+/// Rides out xlurmd going away for a moment: a call in flight when it stops
+/// gets NoReply, and one made while it is gone may fail before bus
+/// activation starts it again. Jobs are systemd's and keep running. Only
+/// once xlurmd has answered: a first call that fails says so at once
+/// ("xlurmd is not running: ...").
+#[derive(Default)]
+struct Outage {
+    answered: bool,
+    since: Option<Instant>,
+}
+
+impl Outage {
+    /// The call's answer; `None` when xlurmd is away and the caller should
+    /// try again shortly; an error when the call failed for good, or xlurmd
+    /// stayed away longer than `OUTAGE_MAX`.
+    fn check<T>(&mut self, answer: zbus::Result<T>, user: bool) -> Result<Option<T>> {
+        match answer {
+            Ok(v) => {
+                self.answered = true;
+                if self.since.take().is_some() {
+                    say!("[{}] xlurmd answers again", stamp());
+                }
+                Ok(Some(v))
+            }
+            Err(e) if self.answered && crate::daemon::service::transient(&e) => {
+                let since = *self.since.get_or_insert_with(|| {
+                    say!(
+                        "[{}] xlurmd is not answering ({e}); waiting for it to come back...",
+                        stamp()
+                    );
+                    Instant::now()
+                });
+                if since.elapsed() > OUTAGE_MAX {
+                    return Err(explain(e, user).context(format!(
+                        "xlurmd did not answer for {} s",
+                        OUTAGE_MAX.as_secs()
+                    )));
+                }
+                Ok(None)
+            }
+            Err(e) => Err(explain(e, user)),
+        }
+    }
+}
+
 /// Streams a job's output to stdout, page by page.
 #[derive(Default)]
 struct LogStream {
+    /// Whether xlurmd is away, and since when.
+    outage: Outage,
     cursor: String,
     /// Whether the "rotated away" warning was printed.
     warned: bool,
@@ -454,18 +516,19 @@ struct LogStream {
 }
 
 impl LogStream {
-    /// Prints what is new; returns the number of lines and the job's state.
+    /// Prints what is new; returns the number of lines and the job's state,
+    /// or `None` while xlurmd is away (see `Outage`).
     async fn pump(
         &mut self,
         p: &SchedulerProxy<'_>,
         id: u64,
         user: bool,
-    ) -> Result<(usize, String)> {
+    ) -> Result<Option<(usize, String)>> {
         use std::io::Write;
-        let (lines, cursor, state, missing_before) = p
-            .read_log(id, &self.cursor, 20_000)
-            .await
-            .map_err(|e| explain(e, user))?;
+        let answer = p.read_log(id, &self.cursor, 20_000).await;
+        let Some((lines, cursor, state, missing_before)) = self.outage.check(answer, user)? else {
+            return Ok(None);
+        };
         if missing_before > 0 && !self.warned {
             self.warned = true;
             say!(
@@ -485,7 +548,7 @@ impl LogStream {
         if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
             self.closed = true;
         }
-        Ok((lines.len(), state))
+        Ok(Some((lines.len(), state)))
     }
 
     /// After the job ended: reads until the journal has nothing more (it may
@@ -495,9 +558,14 @@ impl LogStream {
         // job's stream to its end: read until a page comes back empty.
         let t0 = Instant::now();
         while !self.closed
-            && self.pump(p, id, user).await?.0 > 0
-            && t0.elapsed() < Duration::from_secs(30)
-        {}
+            && (t0.elapsed() < Duration::from_secs(30) || self.outage.since.is_some())
+        {
+            match self.pump(p, id, user).await? {
+                Some((0, _)) => break,
+                Some(_) => {}
+                None => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
         Ok(())
     }
 }
@@ -506,7 +574,10 @@ async fn log(a: LogArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let mut stream = LogStream::default();
     loop {
-        let (n, state) = stream.pump(&p, a.id, user).await?;
+        let Some((n, state)) = stream.pump(&p, a.id, user).await? else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
         let done = !matches!(state.as_str(), "PENDING" | "RUNNING");
         if done {
             stream.drain(&p, a.id, user).await?;
