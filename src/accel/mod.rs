@@ -44,7 +44,7 @@ pub use env::{
 };
 pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
 pub use loader::LibrarySearch;
-pub use monitor::{judge, round, Holders};
+pub use monitor::{judge, round, Hold, Holders};
 pub use nodes::{
     device_allow, drm_nodes, normalize_bdf, processes_holding, sysfs_numa_node, UnknownDevice,
 };

@@ -16,13 +16,23 @@ use crate::core::{Health, JobId};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-/// Which job holds each device of one backend, by device index (unheld ones absent).
-pub type Holders = BTreeMap<u32, JobId>;
+/// Who holds a device: the job holding it now, and the last job it was given
+/// to (kept after that job lets go; job IDs are never reused). Two reads with
+/// the same `Hold` saw no hand-over in between, even one that came and went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hold {
+    pub now: Option<JobId>,
+    pub last: Option<JobId>,
+}
+
+/// Each device's [`Hold`] for one backend, by device index.
+pub type Holders = BTreeMap<u32, Hold>;
 
 /// Each device's new health from one poll (in `devices` order), or `None` where the
-/// device keeps its current health: its holder changed between `before` (read when the
-/// poll started) and `after` (read when it returned) and the verdict would be `Ok` or
-/// `Busy`, which depend on the holder. Everything else is [`assess_all`] against `after`.
+/// device keeps its current health: it changed hands between `before` (read when the
+/// poll started) and `after` (read when it returned; a job given the device and gone
+/// again counts) and the verdict would be `Ok` or `Busy`, which depend on the holder.
+/// Everything else is [`assess_all`] against `after`.
 pub fn judge(
     devices: &[DiscoveredDevice],
     poll: &Result<Vec<DevicePoll>, QueryError>,
@@ -30,7 +40,12 @@ pub fn judge(
     after: &Holders,
     job_of_pid: impl Fn(u32) -> Option<JobId>,
 ) -> Vec<Option<Health>> {
-    let fresh = assess_all(devices, poll, |d| after.get(&d.index).copied(), job_of_pid);
+    let fresh = assess_all(
+        devices,
+        poll,
+        |d| after.get(&d.index).and_then(|h| h.now),
+        job_of_pid,
+    );
     devices
         .iter()
         .zip(fresh)
@@ -44,7 +59,7 @@ pub fn judge(
         .collect()
 }
 
-/// One round: reads the holders from `state` (`holder_of`), polls (within `timeout`),
+/// One round: reads the holds from `state` (`holder_of`), polls (within `timeout`),
 /// finds the job of every process the poll reported (`job_of_pid`, before taking the
 /// lock again), then, under `state`'s lock, reads the holders again, [`judge`]s, and
 /// hands the verdicts to `apply` (`None`: keep the device's health).
@@ -52,7 +67,7 @@ pub async fn round<S, R>(
     poller: &Poller,
     timeout: Duration,
     state: &tokio::sync::Mutex<S>,
-    holder_of: impl Fn(&S, &DiscoveredDevice) -> Option<JobId>,
+    holder_of: impl Fn(&S, &DiscoveredDevice) -> Hold,
     job_of_pid: impl Fn(u32) -> Option<JobId>,
     apply: impl FnOnce(&mut S, Vec<Option<Health>>) -> R,
 ) -> R {
@@ -60,7 +75,7 @@ pub async fn round<S, R>(
     let holders = |st: &S| -> Holders {
         devices
             .iter()
-            .filter_map(|d| holder_of(st, d).map(|job| (d.index, job)))
+            .map(|d| (d.index, holder_of(st, d)))
             .collect()
     };
     let before = holders(&*state.lock().await);
@@ -133,11 +148,23 @@ mod tests {
         }
     }
 
-    /// The daemon's books, reduced to device 0's holder and health.
+    /// The daemon's books, reduced to device 0's hold and health.
     #[derive(Default)]
     struct Books {
-        holder: Option<JobId>,
+        hold: Hold,
         health: Health,
+    }
+
+    impl Books {
+        fn give(&mut self, job: JobId) {
+            self.hold = Hold {
+                now: Some(job),
+                last: Some(job),
+            };
+        }
+        fn free(&mut self) {
+            self.hold.now = None;
+        }
     }
 
     /// Job 7 owns PIDs 100 and 101; anything else is no job's.
@@ -158,7 +185,7 @@ mod tests {
             poller,
             Duration::from_secs(10),
             books,
-            |b, _| b.holder,
+            |b, _| b.hold,
             job_of,
             |b, verdicts| {
                 if let Some(Some(h)) = verdicts.into_iter().next() {
@@ -193,7 +220,7 @@ mod tests {
         // Job 7 gets the free device while the library is answering, and its process
         // shows up in that answer: still Ok, not busy.
         one_round(&poller, &started, &go_tx, &books, |b| {
-            b.holder = Some(7);
+            b.give(7);
             vec![100]
         })
         .await;
@@ -208,20 +235,31 @@ mod tests {
         // Job 7 ends during a poll that still sees its process: the device keeps its
         // health this round, and the next round judges it with no holder.
         one_round(&poller, &started, &go_tx, &books, |b| {
-            b.holder = None;
+            b.free();
             vec![100]
         })
         .await;
         assert_eq!(books.lock().await.health, Health::Busy { processes: 1 });
         one_round(&poller, &started, &go_tx, &books, |_| vec![]).await;
         assert_eq!(books.lock().await.health, Health::Ok);
+
+        // Job 8 is given the free device and ends, both during one poll that sees
+        // its process: no holder before or after, yet not busy.
+        one_round(&poller, &started, &go_tx, &books, |b| {
+            b.give(8);
+            b.free();
+            vec![200]
+        })
+        .await;
+        assert_eq!(books.lock().await.health, Health::Ok);
     }
 
     #[test]
     fn a_holder_change_keeps_only_busy_or_free_verdicts_back() {
         let devices = [device()];
-        let held: Holders = [(0, 7)].into_iter().collect();
-        let free = Holders::new();
+        let hold = |now, last| Hold { now, last };
+        let held: Holders = [(0, hold(Some(7), Some(7)))].into_iter().collect();
+        let free: Holders = [(0, hold(None, None))].into_iter().collect();
         let polled = |pids: &[u32]| {
             Ok(vec![DevicePoll {
                 index: 0,

@@ -93,6 +93,9 @@ pub struct Books {
     pub free: Avail,
     /// The job holding each device slot.
     pub holder: Vec<Option<JobId>>,
+    /// The last job each device slot was given to, kept after it lets go:
+    /// device monitoring tells by it that a slot changed hands during a poll.
+    pub last_holder: Vec<Option<JobId>>,
 }
 
 impl Books {
@@ -100,6 +103,7 @@ impl Books {
         Books {
             free: Avail::all(machine),
             holder: vec![None; machine.devices.len()],
+            last_holder: vec![None; machine.devices.len()],
         }
     }
 
@@ -107,6 +111,7 @@ impl Books {
         self.free.take(machine, alloc);
         for slot in alloc.held_slots(machine) {
             self.holder[slot] = Some(job);
+            self.last_holder[slot] = Some(job);
         }
     }
 

@@ -201,6 +201,11 @@ impl Scheduler {
         self.books.holder.get(slot).copied().flatten()
     }
 
+    /// The last job device `slot` was given to, even if it has let go since.
+    pub fn last_holder(&self, slot: usize) -> Option<JobId> {
+        self.books.last_holder.get(slot).copied().flatten()
+    }
+
     /// Checks a request against this machine; see [`validate`].
     pub fn validate(&self, req: &Request) -> Result<Demand, RequestError> {
         validate(req, &self.machine, &self.limits)

@@ -465,9 +465,9 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
 }
 
 /// Polls one backend forever, applying health changes and logging each change once.
-/// Each [`crate::accel::round`] judges the poll against the holders read again after it,
-/// under the state lock, so a device given to a job during the poll is never marked
-/// busy because that job's process appears.
+/// Each [`crate::accel::round`] judges the poll against the holds read again after it,
+/// under the state lock, so a device given to a job during the poll (even one that
+/// ended by then) is never marked busy because that job's process appears.
 async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
     let procs = crate::accel::ProcCgroups::new("/proc");
     loop {
@@ -475,9 +475,12 @@ async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
             &poller,
             Duration::from_secs(5),
             &d.state,
-            |st, dev| {
-                let slot = st.sched.machine().slot(dev.vendor, dev.index)?;
-                st.sched.holder(slot)
+            |st, dev| match st.sched.machine().slot(dev.vendor, dev.index) {
+                Some(slot) => crate::accel::Hold {
+                    now: st.sched.holder(slot),
+                    last: st.sched.last_holder(slot),
+                },
+                None => crate::accel::Hold::default(),
             },
             |pid| procs.job_of(pid),
             |st, verdicts| {
