@@ -137,9 +137,12 @@ pub(crate) fn require_node(
 /// Processes that vanish while being read, or whose descriptors cannot be listed (a
 /// process in another PID namespace, a `hidepid` mount, a security module), are
 /// skipped: one process xlurm cannot inspect must not make every device unknown for
-/// as long as it runs. Only failing to list `proc_root` itself is an error.
+/// as long as it runs. Failing to list `proc_root` itself is an error, and so is
+/// failing for every process: then nothing was seen (a `hidepid` mount, a security
+/// module), and "no process" would falsely say every device is free.
 pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>, String> {
     let mut pids = Vec::new();
+    let (mut seen, mut unseen) = (0usize, None);
     let entries = std::fs::read_dir(proc_root)
         .map_err(|e| format!("cannot list {}: {e}", proc_root.display()))?;
     for entry in entries.flatten() {
@@ -150,9 +153,14 @@ pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>
         else {
             continue;
         };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
+        let fds = match std::fs::read_dir(entry.path().join("fd")) {
+            Ok(fds) => fds,
+            Err(e) => {
+                unseen.get_or_insert((entry.path().join("fd"), e));
+                continue;
+            }
         };
+        seen += 1;
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 if nodes.contains(&target) {
@@ -161,6 +169,14 @@ pub fn processes_holding(proc_root: &Path, nodes: &[PathBuf]) -> Result<Vec<u32>
                 }
             }
         }
+    }
+    if let (0, Some((path, e))) = (seen, &unseen) {
+        return Err(format!(
+            "cannot list any process's descriptors (e.g. {}: {e}): is {} mounted with \
+             hidepid, or is xlurmd confined?",
+            path.display(),
+            proc_root.display()
+        ));
     }
     pids.sort_unstable();
     Ok(pids)
@@ -275,6 +291,12 @@ mod tests {
             vec![10, 12]
         );
         assert!(processes_holding(&proc.path().join("missing"), &nodes).is_err());
+        // Not one process could be inspected: nothing was seen, an error.
+        let hidden = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(hidden.path().join("13")).unwrap();
+        std::fs::write(hidden.path().join("13/fd"), "not a directory").unwrap();
+        let err = processes_holding(hidden.path(), &nodes).unwrap_err();
+        assert!(err.contains("13/fd") && err.contains("hidepid"), "{err}");
     }
 
     #[test]
