@@ -333,12 +333,15 @@ expect_allowed /dev/nvidia1 "the job that waited for GPU 1"
 expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[1]}"
 
 check "a monitoring error shows GPU 1 as unknown with the error, and keeps jobs off it"
+t_unknown=$(date +%s)
 write_nv "" "fail=procs:9"
 wait_dev nv:1 unknown 15
 info=$(as_user alice xinfo); echo "$info"
 err=$(grep -A1 '^nv:1 ' <<<"$info" | tail -n1)
 assert_contains "$err" "nvmlDeviceGetComputeRunningProcesses_v3(1)" "the failing call under the device"
 assert_contains "$err" "Driver Not Loaded" "the library's error string"
+errors=$(as_user alice xinfo --json | grep -o '"monitoring_error": "[^"]*' || true)
+assert_contains "$errors" "nvmlDeviceGetComputeRunningProcesses_v3(1)" "monitoring_error in xinfo --json"
 submit -i 1 --device nv -c 1 --wrap "true"
 junk=$last_id
 wait_for "field $junk Reason | grep -q DevicesUnknown" 20 0.5
@@ -347,6 +350,9 @@ sleep 3
 assert_eq PENDING "$(job_state "$junk")" "the -i 1 job waits while GPU 1 is unknown"
 write_nv
 wait_dev nv:1 ok 10
+# GPU 1 stayed unknown over several 2 s polls: xlurmd logged it once, on the change.
+changes=$(journalctl -u xlurmd --since "@$t_unknown" --no-pager -q -o cat | grep -c '^nv:1 is now Unknown' || true)
+assert_eq 1 "$changes" "the change to unknown logged once, not on every poll"
 wait_state "$junk" COMPLETED 60
 
 check "xlurm exclude/include: refused for alice (polkit), live for root; running jobs continue"
