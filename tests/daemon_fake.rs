@@ -1173,14 +1173,21 @@ fn documented_keys(doc: &str, heading: &str) -> Vec<std::collections::BTreeSet<S
     tables
 }
 
+/// The CLI, `xlurm --user ARGS`, against the test's bus (the session bus).
+fn cli<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(
+    e: &Env,
+    args: I,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"));
+    cmd.arg("--user")
+        .args(args)
+        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address);
+    cmd
+}
+
 /// Runs the CLI against the test's bus (`--user`: the session bus) and parses its JSON.
 fn cli_json(e: &Env, args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-        .arg("--user")
-        .args(args)
-        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
-        .output()
-        .unwrap();
+    let out = cli(e, args).output().unwrap();
     assert!(
         out.status.success(),
         "xlurm {args:?}: {}",
@@ -1283,9 +1290,7 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
 /// Runs `xrun sleep 60` whose stdout's reader is gone from the start, checks
 /// it cancelled the job and exited 141, and returns the job's ID.
 async fn xrun_with_its_reader_gone(t: &LostStarts) -> u64 {
-    let mut xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-        .args(["--user", "run", "--", "/bin/sleep", "60"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
+    let mut xrun = cli(&t.e, ["run", "--", "/bin/sleep", "60"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -1344,11 +1349,7 @@ async fn output_journald_rotated_away_is_reported_not_silently_missing() {
     // Later pages do not ask again.
     let (_, _, _, again) = t.c.read_log(id, &cursor, 100).await.unwrap();
     assert_eq!(again, 0);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-        .args(["--user", "log", &id.to_string()])
-        .env("DBUS_SESSION_BUS_ADDRESS", &t.e.bus.address)
-        .output()
-        .unwrap();
+    let out = cli(&t.e, ["log", &id.to_string()]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("the tail"));
@@ -1436,10 +1437,7 @@ async fn a_reader_that_stops_at_the_line_it_wants_does_not_kill_the_cli() {
         vec!["info".into()],
     ] {
         for round in 0..40 {
-            let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-                .arg("--user")
-                .args(&args)
-                .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+            let mut cli = cli(&e, &args)
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -1470,9 +1468,7 @@ async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
         0,
     )
     .await;
-    let xrun = std::process::Command::new(env!("CARGO_BIN_EXE_xlurm"))
-        .args(["--user", "run", "--", "/bin/sh", "-c", "sleep 3; exit 5"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+    let xrun = cli(&e, ["run", "--", "/bin/sh", "-c", "sleep 3; exit 5"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

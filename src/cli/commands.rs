@@ -338,11 +338,9 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_IGN);
     }
     let (id, _) = submit_with_output(&p, spec, output, user).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     // Created once, before the loop: a signal that arrives while xrun is busy
     // elsewhere is kept for the next select.
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut stops = Stops::new()?;
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
     let mut stream = LogStream::default();
@@ -353,9 +351,7 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         let Some(job) = stream.outage.check(p.get_job(id).await, user)? else {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = int.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
-                _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
-                _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+                _ = stops.next(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
             }
             continue;
         };
@@ -422,9 +418,34 @@ async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(tick)) => {}
             _ = wait_for_change(&mut changes, id) => {}
-            _ = int.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
-            _ = term.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
-            _ = hup.recv(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            _ = stops.next(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+        }
+    }
+}
+
+/// The signals that make xrun cancel its job: SIGINT, SIGTERM, SIGHUP.
+struct Stops {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn new() -> std::io::Result<Stops> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Stops {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Returns when any of them arrives.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.hup.recv() => {}
         }
     }
 }

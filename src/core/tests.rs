@@ -290,6 +290,20 @@ fn default_budget_is_the_cpus_share_floored_and_exclusive_gets_all() {
     assert_eq!(s.validate(&req(1, 0)).unwrap().time_limit_secs, 3600);
 }
 
+/// The default memory budget a job of `cpus` CPUs is given on `topo`.
+fn default_budget_on(topo: Topology) -> impl Fn(u32) -> u64 {
+    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
+    move |cpus| {
+        s.validate(&Request {
+            cpus,
+            mem_bytes: None,
+            ..Default::default()
+        })
+        .unwrap()
+        .mem_bytes
+    }
+}
+
 #[test]
 fn default_budget_on_uneven_nodes_is_the_share_of_the_poorest_node_that_fits() {
     // node0: 4 CPUs, 16 GiB (4 GiB per CPU); node1: 8 CPUs, 8 GiB (1 GiB per CPU).
@@ -307,16 +321,7 @@ fn default_budget_on_uneven_nodes_is_the_share_of_the_poorest_node_that_fits() {
             },
         ],
     };
-    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
-    let budget = |cpus| {
-        s.validate(&Request {
-            cpus,
-            mem_bytes: None,
-            ..Default::default()
-        })
-        .unwrap()
-        .mem_bytes
-    };
+    let budget = default_budget_on(topo);
     // Either node can hold 2 CPUs: node1's share, never more than a share of either.
     assert_eq!(budget(2), 2 * GIB);
     // Only node1 has 6 CPUs: its share.
@@ -932,16 +937,7 @@ fn default_budget_ignores_nodes_without_memory() {
             mem_bytes: 4 * GIB,
         },
     ]);
-    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
-    let budget = |cpus| {
-        s.validate(&Request {
-            cpus,
-            mem_bytes: None,
-            ..Default::default()
-        })
-        .unwrap()
-        .mem_bytes
-    };
+    let budget = default_budget_on(topo);
     assert_eq!(budget(1), 2 * GIB, "node1's share, not node0's nothing");
     assert_eq!(budget(3), 2 * GIB, "wider than node1: the machine's share");
 }
