@@ -1497,3 +1497,173 @@ async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
     assert!(stderr.contains("waiting for it to come back"), "{stderr}");
     assert!(stderr.contains("answers again"), "{stderr}");
 }
+
+/// Sends the two `PropertiesChanged` signals systemd sends when job `id`'s
+/// unit ends with `status`, from `conn`, to `to` (or broadcast).
+async fn unit_end_signals(conn: &zbus::Connection, to: Option<&str>, id: u64, status: i32) {
+    use zbus::Variant;
+    let (result, active, sub) = if status == 0 {
+        ("success", "active", "exited")
+    } else {
+        ("exit-code", "failed", "failed")
+    };
+    let service = HashMap::from([
+        ("Result", Variant::from(result)),
+        ("ExecMainCode", Variant::from(1i32)),
+        ("ExecMainStatus", Variant::from(status)),
+    ]);
+    let root = zbus::ObjectPath::from_static_str_unchecked("/");
+    let unit = HashMap::from([
+        ("ActiveState", Variant::from(active)),
+        ("SubState", Variant::from(sub)),
+        ("InvocationID", Variant::from(Vec::<u8>::new())),
+        ("Job", Variant::from((0u32, root))),
+    ]);
+    for (iface, props) in [
+        ("org.freedesktop.systemd1.Service", service),
+        ("org.freedesktop.systemd1.Unit", unit),
+    ] {
+        properties_changed(conn, to, id, &(iface, props, Vec::<&str>::new())).await;
+    }
+}
+
+/// Sends a `PropertiesChanged` signal with `body` for job `id`'s unit.
+async fn properties_changed<B>(conn: &zbus::Connection, to: Option<&str>, id: u64, body: &B)
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    let path = format!("/org/freedesktop/systemd1/unit/xlurm_2djob_2d{id}_2eservice");
+    conn.emit_signal(
+        to,
+        path.as_str(),
+        "org.freedesktop.DBus.Properties",
+        "PropertiesChanged",
+        body,
+    )
+    .await
+    .unwrap();
+}
+
+/// Counts the method calls that reach the systemd double's connection.
+fn count_calls(conn: &zbus::Connection) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use futures_util::StreamExt;
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut stream = zbus::MessageStream::from(conn);
+    let counted = calls.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            if msg.message_type() == zbus::message::Type::MethodCall {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    calls
+}
+
+/// A daemon that learns of units only from their signals (no safety-net
+/// reads), with one job running on the systemd double.
+async fn one_job_followed_by_signals_only(
+) -> (Env, Served, zbus::Connection, SchedulerProxy<'static>, u64) {
+    let mut e = env(Mode::Instant).await;
+    e.recheck = Duration::from_secs(3600);
+    let (d, daemon_conn) = daemon(&e).await;
+    let c = client(&e).await;
+    let id = c.submit(spec(&["/bin/x"])).await.unwrap().0;
+    wait_state(&c, id, "RUNNING").await;
+    (e, d, daemon_conn, c, id)
+}
+
+/// Any user can address a signal to xlurmd's unique name, and the bus
+/// delivers it whatever xlurmd's match rules say: a unit signal counts only
+/// from the connection that owns org.freedesktop.systemd1. Forged ends (sent
+/// to xlurmd and broadcast) and a flood of forged signals of every shape leave
+/// the job running, stop nothing and cost systemd no call; systemd's own end
+/// is then recorded as it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_unit_signals_touch_no_job_and_cost_systemd_nothing() {
+    let (e, _d, daemon_conn, c, id) = one_job_followed_by_signals_only().await;
+    let t0 = Instant::now();
+    while get_str(&c.get_job(id).await.unwrap(), "invocation_id").is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let calls = count_calls(&e._fake_conn);
+    let unit = format!("xlurm-job-{id}.service");
+
+    let attacker = e.bus.connect().await.unwrap();
+    let xlurmd = daemon_conn.unique_name().unwrap().to_string();
+    unit_end_signals(&attacker, Some(&xlurmd), id, 0).await;
+    unit_end_signals(&attacker, None, id, 0).await;
+    // A flood: ends, and signals that would make xlurmd read a unit (an
+    // unclear one, a unit inactive with nothing queued), for this job and others.
+    for i in 0..500u64 {
+        let other = id + 1 + i % 50;
+        unit_end_signals(&attacker, Some(&xlurmd), other, (i % 3) as i32).await;
+        for target in [id, other] {
+            let root = zbus::ObjectPath::from_static_str_unchecked("/");
+            let inactive = HashMap::from([
+                ("ActiveState", zbus::Variant::from("inactive")),
+                ("SubState", zbus::Variant::from("dead")),
+                ("InvocationID", zbus::Variant::from(Vec::<u8>::new())),
+                ("Job", zbus::Variant::from((0u32, root))),
+            ]);
+            let unit_iface = "org.freedesktop.systemd1.Unit";
+            let to = Some(xlurmd.as_str());
+            properties_changed(
+                &attacker,
+                to,
+                target,
+                &(unit_iface, inactive, Vec::<&str>::new()),
+            )
+            .await;
+            properties_changed(&attacker, to, target, &"garbage").await;
+        }
+    }
+    // xlurmd answers while it drains the flood, and after.
+    let job = c.get_job(id).await.unwrap();
+    assert_eq!(get_str(&job, "state"), "RUNNING");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let job = c.get_job(id).await.unwrap();
+    assert_eq!(get_str(&job, "state"), "RUNNING", "{job:?}");
+    assert!(!e.fake.was_stopped(&unit), "a forged end stopped the unit");
+    assert!(e.fake.is_loaded(&unit));
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "forged signals made xlurmd call systemd"
+    );
+
+    // systemd's own word still counts.
+    e.fake.finish(&unit, 7).await;
+    let job = wait_state(&c, id, "FAILED").await;
+    assert_eq!(get::<i32>(&job, "exit_code"), Some(7));
+}
+
+/// systemd takes a new unique name when it re-executes: xlurmd follows the
+/// bus's NameOwnerChanged to the new owner and ignores the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unit_signals_follow_the_owner_of_systemds_name() {
+    let (e, _d, _daemon_conn, c, id) = one_job_followed_by_signals_only().await;
+    let next = e.bus.connect().await.unwrap();
+    // Answers calls (with UnknownObject: the job's accounting stays unknown).
+    let _ = next.object_server();
+    unit_end_signals(&next, None, id, 0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        get_str(&c.get_job(id).await.unwrap(), "state"),
+        "RUNNING",
+        "not yet systemd's owner"
+    );
+    e._fake_conn
+        .release_name("org.freedesktop.systemd1")
+        .await
+        .unwrap();
+    next.request_name("org.freedesktop.systemd1").await.unwrap();
+    // The old owner is no one now.
+    unit_end_signals(&e._fake_conn, None, id, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get_str(&c.get_job(id).await.unwrap(), "state"), "RUNNING");
+    unit_end_signals(&next, None, id, 0).await;
+    wait_state(&c, id, "COMPLETED").await;
+}

@@ -101,6 +101,72 @@ fn get_u64(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<u64> {
     get::<u64>(map, key).filter(|v| *v != u64::MAX)
 }
 
+/// The well-known name systemd's manager owns on the bus.
+pub const SYSTEMD_NAME: &str = "org.freedesktop.systemd1";
+
+/// Who speaks for systemd on the bus: the unique name (`:1.1`) that owns
+/// [`SYSTEMD_NAME`] now. The bus daemon stamps every message with its
+/// sender's unique name, so the sender is the one part of a signal no one
+/// can forge; its path, destination and contents are anyone's to choose (any
+/// user may address a signal to xlurmd's unique name, and the bus delivers it
+/// whatever xlurmd's match rules say). A unit signal counts only when its
+/// sender is the current owner, followed through the bus's own
+/// `NameOwnerChanged` (systemd takes a new unique name when it re-executes).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SystemdSender {
+    owner: Option<String>,
+}
+
+/// The bus daemon's own name: the sender of `NameOwnerChanged`.
+const BUS_DRIVER: &str = "org.freedesktop.DBus";
+
+impl SystemdSender {
+    /// Starts from the owner the bus named (`GetNameOwner`); `None` when
+    /// systemd has no name on the bus now (every unit signal is then ignored
+    /// until the bus announces one).
+    pub fn new(owner: Option<String>) -> SystemdSender {
+        SystemdSender { owner }
+    }
+
+    /// The unique name accepted now.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Whether `msg` was sent by systemd.
+    pub fn sent(&self, msg: &zbus::Message) -> bool {
+        let header = msg.header();
+        match (header.sender(), &self.owner) {
+            (Some(sender), Some(owner)) => sender.as_str() == owner,
+            _ => false,
+        }
+    }
+
+    /// Takes in a `NameOwnerChanged` signal: one sent by the bus itself about
+    /// [`SYSTEMD_NAME`] moves the accepted sender to the new owner (none if
+    /// the name was released). Returns whether it did; a forged one (any
+    /// other sender) or one about another name changes nothing.
+    pub fn on_owner_changed(&mut self, msg: &zbus::Message) -> bool {
+        let header = msg.header();
+        let from_bus = header.sender().is_some_and(|s| s.as_str() == BUS_DRIVER);
+        if !from_bus
+            || header.interface().map(|i| i.as_str()) != Some(BUS_DRIVER)
+            || header.member().map(|m| m.as_str()) != Some("NameOwnerChanged")
+        {
+            return false;
+        }
+        let body = msg.body();
+        let Ok((name, _old, new)) = body.deserialize::<(&str, &str, &str)>() else {
+            return false;
+        };
+        if name != SYSTEMD_NAME {
+            return false;
+        }
+        self.owner = (!new.is_empty()).then(|| new.to_string());
+        true
+    }
+}
+
 /// The job and what it said, for a `PropertiesChanged` signal of a job's
 /// unit (`xlurm-job-<id>.service`); `None` for any other message.
 pub fn job_signal(msg: &zbus::Message) -> Option<(u64, UnitSignal)> {
@@ -388,6 +454,64 @@ impl Systemd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn signal(sender: Option<&str>, path: &str, iface: &str, member: &str) -> zbus::Message {
+        let b = zbus::Message::signal(path, iface, member);
+        let b = match sender {
+            Some(s) => b.sender(s),
+            None => b,
+        };
+        b.build(&()).unwrap()
+    }
+
+    /// A `NameOwnerChanged` as the bus (sender `org.freedesktop.DBus`) or a
+    /// peer (a unique name) sends it.
+    fn owner_changed(sender: &str, name: &str, new: &str) -> zbus::Message {
+        zbus::Message::signal(
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameOwnerChanged",
+        )
+        .sender(sender)
+        .build(&(name, ":1.1", new))
+        .unwrap()
+    }
+
+    const UNIT: &str = "/org/freedesktop/systemd1/unit/xlurm_2djob_2d7_2eservice";
+    const PROPS: &str = "org.freedesktop.DBus.Properties";
+
+    #[test]
+    fn only_the_current_owner_of_systemds_name_speaks_for_systemd() {
+        let mut systemd = SystemdSender::new(Some(":1.1".into()));
+        let from = |s: Option<&str>| signal(s, UNIT, PROPS, "PropertiesChanged");
+        assert!(systemd.sent(&from(Some(":1.1"))));
+        assert!(
+            !systemd.sent(&from(Some(":1.42"))),
+            "another user's connection"
+        );
+        assert!(!systemd.sent(&from(None)), "no sender at all");
+
+        // A forged NameOwnerChanged (from a user, not the bus) moves nothing.
+        assert!(!systemd.on_owner_changed(&owner_changed(":1.42", SYSTEMD_NAME, ":1.42")));
+        assert_eq!(systemd.owner(), Some(":1.1"));
+        // The bus's word about another name moves nothing either.
+        assert!(!systemd.on_owner_changed(&owner_changed(BUS_DRIVER, "org.example.X", ":1.42")));
+        assert_eq!(systemd.owner(), Some(":1.1"));
+
+        // systemd re-executes: its name goes away, then comes back under a new owner.
+        assert!(systemd.on_owner_changed(&owner_changed(BUS_DRIVER, SYSTEMD_NAME, "")));
+        assert_eq!(systemd.owner(), None);
+        assert!(!systemd.sent(&from(Some(":1.1"))), "the old owner is gone");
+        assert!(systemd.on_owner_changed(&owner_changed(BUS_DRIVER, SYSTEMD_NAME, ":1.9")));
+        assert!(systemd.sent(&from(Some(":1.9"))));
+        assert!(!systemd.sent(&from(Some(":1.1"))));
+    }
+
+    #[test]
+    fn without_an_owner_nothing_speaks_for_systemd() {
+        let systemd = SystemdSender::new(None);
+        assert!(!systemd.sent(&signal(Some(":1.1"), UNIT, PROPS, "PropertiesChanged")));
+    }
 
     #[test]
     fn unit_paths_are_escaped_like_systemd() {
