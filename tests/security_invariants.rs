@@ -241,7 +241,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         "start_usec": 2,
         "end_usec": 0,
         "alloc": null,
-        "unit": Job::unit_name(42),
+        "unit": xlurm::unit_name::of_job(42),
         "invocation_id": "",
         "outcome": null,
         "cancel_requested_by": null,

@@ -91,20 +91,6 @@ pub fn assess_all(
         .collect()
 }
 
-/// The xlurm job whose unit (`xlurm-job-<id>.service`) contains the cgroup described by
-/// `/proc/<pid>/cgroup` contents; `None` for any other process.
-pub fn job_from_cgroup(contents: &str) -> Option<JobId> {
-    contents.lines().find_map(|line| {
-        let path = line.splitn(3, ':').nth(2)?;
-        path.split('/').find_map(|part| {
-            part.strip_prefix("xlurm-job-")?
-                .strip_suffix(".service")?
-                .parse()
-                .ok()
-        })
-    })
-}
-
 /// Reads processes' cgroups from procfs to tell which xlurm job they belong to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcCgroups {
@@ -129,7 +115,7 @@ impl ProcCgroups {
     /// namespace) belongs to no job, so it counts against the holder.
     pub fn job_of(&self, pid: u32) -> Option<JobId> {
         let text = std::fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()?;
-        job_from_cgroup(&text)
+        crate::unit_name::job_of_cgroup(&text)
     }
 }
 
@@ -246,24 +232,6 @@ mod tests {
 
     #[test]
     fn cgroups_name_the_job() {
-        assert_eq!(
-            job_from_cgroup("0::/xlurm.slice/xlurm-job-42.service\n"),
-            Some(42)
-        );
-        assert_eq!(
-            job_from_cgroup("0::/xlurm.slice/xlurm-job-42.service/sub/leaf\n"),
-            Some(42)
-        );
-        assert_eq!(
-            job_from_cgroup("12:pids:/x\n0::/user.slice/user-1000.slice/session-3.scope\n"),
-            None
-        );
-        assert_eq!(
-            job_from_cgroup("0::/xlurm.slice/xlurm-job-x.service\n"),
-            None
-        );
-        assert_eq!(job_from_cgroup("0::/xlurm-job-42.services\n"), None);
-
         let proc = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(proc.path().join("55")).unwrap();
         std::fs::write(

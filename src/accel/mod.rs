@@ -42,7 +42,7 @@ use std::time::Duration;
 pub use env::{
     visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
-pub use health::{assess, assess_all, job_from_cgroup, ProcCgroups};
+pub use health::{assess, assess_all, ProcCgroups};
 pub use loader::LibrarySearch;
 pub use monitor::{judge, round, Hold, Holders};
 pub use nodes::{

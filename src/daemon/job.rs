@@ -131,21 +131,9 @@ pub struct OutputCopy {
 }
 
 impl Job {
-    pub fn unit_name(id: JobId) -> String {
-        format!("xlurm-job-{id}.service")
-    }
-
     /// Its unit's name (derived, not stored: one string less per job).
     pub fn unit(&self) -> String {
-        Job::unit_name(self.id)
-    }
-
-    /// The job ID in a unit name `xlurm-job-<id>.service`.
-    pub fn id_from_unit(unit: &str) -> Option<JobId> {
-        unit.strip_prefix("xlurm-job-")?
-            .strip_suffix(".service")?
-            .parse()
-            .ok()
+        crate::unit_name::of_job(self.id)
     }
 
     /// The request as `xqueue` shows it before the job starts: `cpu`, `auto:1`, `nv:2`, `nv:[0,1]`.
@@ -338,14 +326,6 @@ impl Ended {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unit_names_round_trip() {
-        assert_eq!(Job::unit_name(42), "xlurm-job-42.service");
-        assert_eq!(Job::id_from_unit("xlurm-job-42.service"), Some(42));
-        assert_eq!(Job::id_from_unit("xlurm-job-x.service"), None);
-        assert_eq!(Job::id_from_unit("xlurmd.service"), None);
-    }
 
     #[test]
     fn state_names_parse() {

@@ -48,6 +48,37 @@ impl UnitStatus {
     pub fn running(&self) -> bool {
         !self.finished()
     }
+
+    /// Whether the unit failed (stopped by systemd, nothing left to stop).
+    pub fn failed(&self) -> bool {
+        self.active_state == "failed"
+    }
+
+    /// Whether the unit is loaded but never ran and nothing is queued for it:
+    /// its start job was lost (systemd re-executed) and it can be started.
+    pub fn never_started(&self) -> bool {
+        self.invocation_id.is_empty() && !self.pending_job && self.active_state == "inactive"
+    }
+}
+
+/// What letting systemd forget a finished unit takes, by its `ActiveState`
+/// when known (`None`: not known): one that exited (`RemainAfterExit=yes`
+/// keeps it active, with anything the job left behind running) is stopped,
+/// which kills what is left and unloads it; a failed one (stopped already) is
+/// reset; one in any other state gets both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collect {
+    pub stop: bool,
+    pub reset_failed: bool,
+}
+
+impl Collect {
+    pub fn for_state(active_state: Option<&str>) -> Collect {
+        Collect {
+            stop: active_state != Some("failed"),
+            reset_failed: active_state != Some("active"),
+        }
+    }
 }
 
 /// The name systemd gives its own launch failure statuses (200-243).
@@ -369,6 +400,60 @@ mod tests {
             t.on(2, unit_signal("inactive", "dead", "ef", false)),
             Verdict::Read
         );
+    }
+
+    #[test]
+    fn a_finished_unit_is_stopped_reset_or_both_by_its_state() {
+        let c = |s| Collect::for_state(s);
+        assert_eq!(
+            c(Some("active")),
+            Collect {
+                stop: true,
+                reset_failed: false
+            }
+        );
+        assert_eq!(
+            c(Some("failed")),
+            Collect {
+                stop: false,
+                reset_failed: true
+            }
+        );
+        for other in [None, Some("inactive"), Some("deactivating")] {
+            assert_eq!(
+                c(other),
+                Collect {
+                    stop: true,
+                    reset_failed: true
+                },
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_loaded_unit_whose_start_was_lost_never_started() {
+        let lost = UnitStatus {
+            active_state: "inactive".into(),
+            sub_state: "dead".into(),
+            ..Default::default()
+        };
+        assert!(lost.never_started());
+        let queued = UnitStatus {
+            pending_job: true,
+            ..lost.clone()
+        };
+        assert!(!queued.never_started());
+        let ran = UnitStatus {
+            invocation_id: "ab".into(),
+            ..lost.clone()
+        };
+        assert!(!ran.never_started());
+        let active = UnitStatus {
+            active_state: "active".into(),
+            ..lost
+        };
+        assert!(!active.never_started());
     }
 
     #[test]

@@ -531,7 +531,7 @@ async fn recheck_running(d: &Arc<Daemon>) {
         return;
     }
     d.sample_memory_peaks(&running).await;
-    let states = d.systemd.states("xlurm-job-*.service").await;
+    let states = d.systemd.states(crate::unit_name::ALL_JOBS).await;
     for (id, unit) in running {
         let busy = match &states {
             Ok(states) => states
@@ -607,12 +607,17 @@ async fn spawn_unit_watcher(
                 // its signals, and both queues are filled in that order.
                 biased;
                 m = owners.next() => {
-                    if let Some(Ok(m)) = m {
-                        if systemd.on_owner_changed(&m) {
-                            tracing::info!("systemd's bus name is now owned by {:?}", systemd.owner());
-                            // Units followed so far are read afresh when they end.
-                            tracker = super::outcome::Tracker::default();
+                    match m {
+                        Some(Ok(m)) => {
+                            if systemd.on_owner_changed(&m) {
+                                tracing::info!("systemd's bus name is now owned by {:?}", systemd.owner());
+                                // Units followed so far are read afresh when they end.
+                                tracker = super::outcome::Tracker::default();
+                            }
                         }
+                        Some(Err(_)) => {}
+                        // The connection is gone (and with it every stream).
+                        None => break,
                     }
                     continue;
                 }

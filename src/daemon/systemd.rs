@@ -3,7 +3,7 @@
 //! Small explicit calls: start a transient unit, stop it, read its status,
 //! list job units, and reset a failed one after its result was recorded.
 
-use super::outcome::{UnitSignal, UnitStatus};
+use super::outcome::{Collect, UnitSignal, UnitStatus};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
@@ -90,6 +90,23 @@ pub fn unit_path(unit: &str) -> String {
     path
 }
 
+/// The unit a D-Bus object path names (the reverse of [`unit_path`]);
+/// `None` for a path outside systemd's units or a malformed escape.
+pub fn unit_of_path(path: &str) -> Option<String> {
+    let escaped = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
+    let mut unit = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'_' {
+            let hex = [bytes.next()?, bytes.next()?];
+            unit.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            unit.push(b);
+        }
+    }
+    String::from_utf8(unit).ok()
+}
+
 fn get<T: TryFrom<OwnedVariant>>(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<T> {
     map.get(key)
         .and_then(|v| v.try_clone().ok())
@@ -172,12 +189,7 @@ impl SystemdSender {
 pub fn job_signal(msg: &zbus::Message) -> Option<(u64, UnitSignal)> {
     let header = msg.header();
     let path = header.path()?;
-    let id = path
-        .as_str()
-        .strip_prefix("/org/freedesktop/systemd1/unit/xlurm_2djob_2d")?
-        .strip_suffix("_2eservice")?
-        .parse::<u64>()
-        .ok()?;
+    let id = crate::unit_name::job_of(&unit_of_path(path.as_str())?)?;
     let body = msg.body();
     type Changed<'a> = (&'a str, HashMap<&'a str, Variant<'a>>, Vec<&'a str>);
     let Ok((iface, changed, _)) = body.deserialize::<Changed<'_>>() else {
@@ -323,16 +335,13 @@ impl Systemd {
         let _ = self.manager.reset_failed_unit(unit).await;
     }
 
-    /// Lets systemd forget a finished unit, after its result was recorded:
-    /// one that exited (`RemainAfterExit=yes` keeps it active, and anything
-    /// the job left behind running) is stopped, which kills what is left and
-    /// unloads it; a failed one (already stopped) is reset; one in any other
-    /// state (`None`: not known) gets both.
-    pub async fn collect(&self, unit: &str, active_state: Option<&str>) {
-        if active_state != Some("failed") {
+    /// Lets systemd forget a finished unit, after its result was recorded
+    /// (see [`Collect`] for what that takes).
+    pub async fn collect(&self, unit: &str, how: Collect) {
+        if how.stop {
             let _ = self.manager.stop_unit(unit, "replace").await;
         }
-        if !matches!(active_state, Some("active")) {
+        if how.reset_failed {
             self.reset_failed(unit).await;
         }
     }
@@ -519,6 +528,13 @@ mod tests {
             unit_path("xlurm-job-12.service"),
             "/org/freedesktop/systemd1/unit/xlurm_2djob_2d12_2eservice"
         );
+        assert_eq!(unit_path("1a.b"), "/org/freedesktop/systemd1/unit/_31a_2eb");
+        for unit in ["xlurm-job-12.service", "1a.b", "a_b@c.d"] {
+            assert_eq!(unit_of_path(&unit_path(unit)).as_deref(), Some(unit));
+        }
+        assert_eq!(unit_of_path("/org/freedesktop/systemd1/unit/x_2"), None);
+        assert_eq!(unit_of_path("/org/freedesktop/systemd1/unit/x_zz"), None);
+        assert_eq!(unit_of_path("/org/freedesktop/systemd1/job/1"), None);
     }
 
     #[test]

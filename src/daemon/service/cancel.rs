@@ -1,0 +1,66 @@
+//! Cancel: who may, and what it does in each state.
+
+use super::*;
+
+impl Daemon {
+    /// Whether `uid` may see details of, or act on, `job` without polkit.
+    /// Whether caller `uid` may see and act on a job of `owner`'s.
+    pub fn owns(uid: u32, owner: u32) -> bool {
+        uid == 0 || uid == owner
+    }
+
+    /// Cancels a job and returns the state it was in. `admin` says the caller
+    /// passed the polkit check for other users' jobs.
+    pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
+        let mut st = self.state.lock().await;
+        let job = st
+            .find(id)
+            .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+        if !Self::owns(uid, job.uid()) && !admin {
+            return Err(ApiError::PermissionDenied(format!(
+                "job {id} belongs to {}; only its owner or an admin may cancel it",
+                job.user()
+            )));
+        }
+        let owner = job.uid();
+        match job.state() {
+            JobState::Pending => {
+                st.sched.dequeue(id);
+                st.pending_done(owner);
+                let now = now_usec();
+                let job = st.jobs.get_mut(&id).expect("checked above");
+                job.state = JobState::Cancelled;
+                job.end_usec = now;
+                job.cancel_requested_by = Some(uid);
+                job.outcome = Some(Outcome {
+                    detail: "cancelled before it started".into(),
+                    ..Default::default()
+                });
+                let job = job.clone();
+                st.store.save([&job]).map_err(ApiError::from)?;
+                drop(st);
+                self.changed(id, JobState::Cancelled);
+                self.kick.notify_one();
+                Ok(JobState::Pending)
+            }
+            JobState::Running => {
+                let unit = crate::unit_name::of_job(id);
+                let job = st.jobs.get_mut(&id).expect("checked above");
+                job.cancel_requested_by = Some(uid);
+                let job = job.clone();
+                st.store.save([&job]).map_err(ApiError::from)?;
+                drop(st);
+                if let Err(e) = self.systemd.stop(&unit).await {
+                    tracing::warn!("stopping {unit}: {e}");
+                }
+                // The unit watcher records the final state.
+                self.reconcile(id).await;
+                Ok(JobState::Running)
+            }
+            s => Err(ApiError::WrongState(format!(
+                "job {id} already ended ({})",
+                s.name()
+            ))),
+        }
+    }
+}

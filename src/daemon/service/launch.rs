@@ -1,0 +1,260 @@
+//! The scheduling pass and each start: RUNNING persisted first, then
+//! StartTransientUnit with its retries, and the launching/signalled handshake.
+
+use super::*;
+
+impl Daemon {
+    /// One scheduling pass: start what fits.
+    pub async fn schedule(self: &Arc<Self>) {
+        let mut st = self.state.lock().await;
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            drop(st);
+            self.collect_ended().await;
+            return;
+        }
+        let now = now_usec();
+        let starts = st.sched.schedule(now / 1_000_000);
+        if starts.is_empty() {
+            // Ends appended since the last sync would otherwise wait for the
+            // next start to reach the disk: an OS crash meanwhile would make
+            // them LOST (the units holding them do not survive a reboot).
+            if let Err(e) = st.store.sync() {
+                tracing::error!("syncing the job log failed: {e:#}");
+            }
+            // Nothing waits: collect the ended jobs' units now. While jobs
+            // wait, the 5 s check collects them (see `collect_ended`).
+            let idle = st.counts().0 == 0;
+            drop(st);
+            if idle {
+                self.collect_ended().await;
+            }
+            return;
+        }
+        let mut started = Vec::with_capacity(starts.len());
+        for (id, alloc) in starts {
+            let Some(job) = st.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.state = JobState::Running;
+            job.start_usec = now;
+            job.alloc = Some(alloc);
+            started.push(job.clone());
+        }
+        for j in &started {
+            st.pending_done(j.uid);
+        }
+        if let Ok(mut l) = self.launching.lock() {
+            l.extend(started.iter().map(|j| j.id));
+        }
+        // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
+        if let Err(e) = st.store.save(started.iter()) {
+            tracing::error!("recording started jobs failed, putting them back: {e:#}");
+            if let Ok(mut l) = self.launching.lock() {
+                for j in &started {
+                    l.remove(&j.id);
+                }
+            }
+            for j in &started {
+                *st.pending_per_user.entry(j.uid).or_default() += 1;
+                st.sched.finish(j.id);
+                st.sched.enqueue(j.id, j.demand.clone());
+                if let Some(job) = st.jobs.get_mut(&j.id) {
+                    job.state = JobState::Pending;
+                    job.alloc = None;
+                }
+            }
+            return;
+        }
+        drop(st);
+        // Launch concurrently: each waits for systemd on its own.
+        for job in started {
+            self.changed(job.id, JobState::Running);
+            let d = self.clone();
+            tokio::spawn(async move { d.launch(job).await });
+        }
+    }
+
+    pub(super) async fn launch(&self, job: Job) {
+        let run_as = match self.run_as(job.uid).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.fail_launch(job.id, format!("cannot resolve the submitter: {e}"))
+                    .await;
+                return;
+            }
+        };
+        if let Some(script) = &job.command.script {
+            let path = unit::script_path(&self.settings.unit, job.id);
+            if let Err(e) = write_script(&path, script) {
+                self.fail_launch(job.id, format!("cannot write the script snapshot: {e:#}"))
+                    .await;
+                return;
+            }
+        }
+        let devices = job
+            .alloc
+            .as_ref()
+            .map(|a| a.devices.clone())
+            .unwrap_or_default();
+        let (visibility, allow) = match device_setup(&self.accel, &devices) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail_launch(job.id, format!("cannot set up its devices: {e}"))
+                    .await;
+                return;
+            }
+        };
+        // --output: systemd holds the user's file from here on (the job's tee
+        // wrapper writes it), so the daemon lets go of it once the unit exists.
+        let output_fd = self.outputs.lock().await.remove(&job.id);
+        if output_fd.is_none() && job.output.as_ref().is_some_and(|o| o.error.is_empty()) {
+            self.output_lost(
+                job.id,
+                "its descriptor was lost when xlurmd restarted while the job was pending \
+                 (systemctl restart empties systemd's descriptor store); \
+                 the output is in the journal: xlurm log",
+            )
+            .await;
+        }
+        let props = unit::properties(
+            &job,
+            &self.settings.unit,
+            run_as.as_ref(),
+            &visibility,
+            &allow,
+            output_fd.as_ref().and_then(|fd| fd.try_clone().ok()),
+        );
+        if output_fd.is_some() {
+            crate::daemon::output::unstore(job.id);
+        }
+        drop(output_fd);
+        let result = self.start_unit(&job.unit(), &props).await;
+        let signalled = self.launched(job.id);
+        match result {
+            // From here on the unit's signals tell how it goes (run.rs).
+            Ok(_) => {
+                tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
+                // Cancelled while systemd was creating the unit: that stop
+                // found no unit, so stop it now.
+                let cancelled = self
+                    .state
+                    .lock()
+                    .await
+                    .jobs
+                    .get(&job.id)
+                    .is_some_and(|j| j.cancel_requested_by.is_some());
+                if cancelled {
+                    if let Err(e) = self.systemd.stop(&job.unit()).await {
+                        tracing::warn!(job = job.id, "stopping {}: {e}", job.unit());
+                    }
+                }
+                match signalled {
+                    Some(Some(ended)) if !cancelled => {
+                        self.reconcile_with(job.id, Some(ended)).await
+                    }
+                    Some(_) => self.reconcile(job.id).await,
+                    None if cancelled => self.reconcile(job.id).await,
+                    None => {}
+                }
+            }
+            Err(e) => {
+                self.fail_launch(job.id, format!("systemd refused the unit: {e}"))
+                    .await
+            }
+        }
+    }
+
+    /// StartTransientUnit, retried while systemd is away (daemon-reexec, a bus
+    /// hiccup). A start that reached systemd before it went away is found by
+    /// looking for the unit before each retry, so a job never starts twice.
+    pub(super) async fn start_unit(
+        &self,
+        unit: &str,
+        props: &[(&str, zbus::Variant<'_>)],
+    ) -> Result<(), String> {
+        let mut attempt = 0u64;
+        loop {
+            match self.systemd.start(unit, props).await {
+                Ok(_) => return Ok(()),
+                // UnitExists after a lost reply: our own earlier start got through.
+                Err(e)
+                    if (transient(&e) || attempt > 0 && e.to_string().contains("UnitExists"))
+                        && attempt < 10 =>
+                {
+                    attempt += 1;
+                    tracing::warn!(
+                        "starting {unit}: {e}; systemd seems away, retrying ({attempt}/10)"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(300 * attempt)).await;
+                    match self.systemd.status(unit).await {
+                        // Created but never started (its start job was lost): start it.
+                        Ok(Some(st)) if st.never_started() => {
+                            match self.systemd.start_loaded(unit).await {
+                                Ok(()) => return Ok(()),
+                                Err(e) if transient(&e) => continue,
+                                Err(e) => return Err(e.to_string()),
+                            }
+                        }
+                        // It reached systemd and runs (or ran).
+                        Ok(Some(_)) => return Ok(()),
+                        // Not there: try again. Still away: wait more.
+                        Ok(None) | Err(_) => {}
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Records why job `id`'s `--output` copy cannot be made (shown by `xqueue ID`).
+    pub(super) async fn output_lost(&self, id: JobId, why: &str) {
+        tracing::warn!(job = id, "job {id}: no --output copy: {why}");
+        let mut st = self.state.lock().await;
+        if let Some(j) = st.jobs.get_mut(&id) {
+            if let Some(o) = j.output.as_mut() {
+                o.error = why.to_string();
+            }
+            let j = j.clone();
+            if let Err(e) = st.store.save([&j]) {
+                tracing::warn!(job = id, "recording the lost output copy: {e:#}");
+            }
+        }
+    }
+
+    /// Job `id` is launched (or failed to): returns whether its unit
+    /// signalled meanwhile (so it should be handled now), with its end if
+    /// the signals told it.
+    pub(super) fn launched(&self, id: JobId) -> Option<Option<UnitStatus>> {
+        let mut l = self.launching.lock().ok()?;
+        l.remove(&id);
+        self.signalled.lock().ok()?.remove(&id)
+    }
+
+    /// Stops starting jobs, then waits (up to `limit`) until no launch is in
+    /// flight: called before the daemon exits, so no job is left marked RUNNING
+    /// without its unit. The flag is set under the state lock, so a scheduling
+    /// pass either finished (its launches are in `launching`) or starts none.
+    pub async fn stop_launching(&self, limit: std::time::Duration) {
+        {
+            let _st = self.state.lock().await;
+            self.stopping
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        let t0 = std::time::Instant::now();
+        while self.launching.lock().is_ok_and(|l| !l.is_empty()) && t0.elapsed() < limit {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    pub(super) async fn fail_launch(&self, id: JobId, detail: String) {
+        let _ = self.launched(id);
+        tracing::warn!(job = id, "job {id} launch failed: {detail}");
+        let outcome = Outcome {
+            result: "launch-failed".into(),
+            detail,
+            ..Default::default()
+        };
+        self.finalize(id, JobState::LaunchFailed, outcome, None)
+            .await;
+    }
+}

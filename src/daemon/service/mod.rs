@@ -1,0 +1,180 @@
+//! The daemon's logic: the queue, the scheduler, jobs, and their units.
+//!
+//! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
+//! take the caller's uid as an argument so they can be tested without a bus.
+
+use super::error::{ApiError, ApiResult};
+use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
+use super::outcome::{classify, UnitStatus};
+use super::spec::Spec;
+use super::store::{Loaded, Store};
+use super::systemd::Systemd;
+use super::unit::{self, RunAs, UnitSettings};
+use crate::core::{JobId, Scheduler};
+use anyhow::Result;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::{Mutex, Notify};
+
+mod accounts;
+mod cancel;
+mod launch;
+mod logs;
+mod readopt;
+mod reconcile;
+mod state;
+mod submit;
+
+pub use accounts::{resolve_run_as, Recent};
+use accounts::{user_name, ACCOUNT_REUSE};
+pub use logs::LogPage;
+pub use state::{Found, State};
+use submit::write_script;
+pub use submit::{device_setup, DeviceSetup, Submitted};
+
+/// How often a job's unit is started again after systemd lost its start job.
+pub const MAX_RELAUNCHES: u8 = 3;
+
+pub fn now_usec() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Settings that do not change while the daemon runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub unit: UnitSettings,
+    pub max_pending_per_user: usize,
+    pub retention_secs: u64,
+    pub list_is_public: bool,
+    /// How long a finished job's D-Bus object stays (see `job_object`).
+    pub object_linger: std::time::Duration,
+    /// The `journalctl` program (see `journal`).
+    pub journalctl: String,
+}
+
+/// Everything the daemon's tasks share.
+pub struct Daemon {
+    pub state: Mutex<State>,
+    pub settings: Settings,
+    pub systemd: Systemd,
+    /// Wakes the scheduling loop.
+    pub kick: Notify,
+    /// Tells the API layer what changed about which job (for signals).
+    pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
+    /// The accelerator backends in use and the devices they found.
+    pub accel: Vec<crate::accel::Active>,
+    /// `--output` descriptors of jobs whose copy has not started (see `output`).
+    pub outputs: Mutex<HashMap<JobId, std::os::fd::OwnedFd>>,
+    /// Jobs between "marked RUNNING" and systemd's answer to StartTransientUnit:
+    /// never reconciled, or a unit not created yet would look gone.
+    launching: std::sync::Mutex<std::collections::HashSet<JobId>>,
+    /// Set (under the state lock) when the daemon is stopping: no new launches.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Jobs whose unit is being read, and whether to read it once more after.
+    reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
+    /// Launching jobs whose unit signalled meanwhile, with its end if the
+    /// signals told it (else it is read whole): handled once launched.
+    signalled: std::sync::Mutex<HashMap<JobId, Option<UnitStatus>>>,
+    /// Units of ended jobs (and their ActiveState when known) to collect
+    /// once the jobs started in their place reached systemd (see `finalize`).
+    uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
+    /// Submitters' accounts as lately resolved for their units (see `run_as`).
+    accounts: std::sync::Mutex<Recent<RunAs>>,
+    /// Running jobs' memory peak as last read from their cgroup, for when
+    /// systemd reports none at the end (see `sample_memory_peaks`).
+    peaks: std::sync::Mutex<HashMap<JobId, u64>>,
+}
+
+/// What changed about a job, for the API layer's signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// It is in this state now.
+    State(JobState),
+    /// Its unit's invocation became known (it started running).
+    Invocation,
+}
+
+impl Daemon {
+    pub fn new(
+        state: State,
+        settings: Settings,
+        systemd: Systemd,
+        accel: Vec<crate::accel::Active>,
+    ) -> (
+        Arc<Daemon>,
+        tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Arc::new(Daemon {
+            state: Mutex::new(state),
+            settings,
+            systemd,
+            kick: Notify::new(),
+            changes: tx,
+            accel,
+            outputs: Mutex::new(HashMap::new()),
+            launching: std::sync::Mutex::new(std::collections::HashSet::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            reconciling: std::sync::Mutex::new(HashMap::new()),
+            signalled: std::sync::Mutex::new(HashMap::new()),
+            uncollected: std::sync::Mutex::new(Vec::new()),
+            accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
+            peaks: std::sync::Mutex::new(HashMap::new()),
+        });
+        (d, rx)
+    }
+
+    pub(super) fn changed(&self, id: JobId, state: JobState) {
+        let _ = self.changes.send((id, Change::State(state)));
+    }
+}
+
+/// Whether a D-Bus error means systemd (or the bus) was briefly away, not that
+/// it refused the request.
+pub fn transient(e: &zbus::Error) -> bool {
+    match e {
+        zbus::Error::MethodError(name, _, _) => matches!(
+            name.as_str(),
+            "org.freedesktop.DBus.Error.NoReply"
+                | "org.freedesktop.DBus.Error.Disconnected"
+                | "org.freedesktop.DBus.Error.ServiceUnknown"
+                | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                | "org.freedesktop.DBus.Error.Timeout"
+                | "org.freedesktop.DBus.Error.TimedOut"
+        ),
+        // zbus turns the bus's own errors into fdo::Error.
+        zbus::Error::FDO(f) => matches!(
+            **f,
+            zbus::fdo::Error::NoReply(_)
+                | zbus::fdo::Error::Disconnected(_)
+                | zbus::fdo::Error::ServiceUnknown(_)
+                | zbus::fdo::Error::NameHasNoOwner(_)
+                | zbus::fdo::Error::Timeout(_)
+                | zbus::fdo::Error::TimedOut(_)
+        ),
+        zbus::Error::InputOutput(_) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transient;
+
+    #[test]
+    fn systemd_going_away_is_transient_and_refusals_are_not() {
+        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
+            "recipient disconnected".into(),
+        )));
+        assert!(transient(&no_reply));
+        let gone = zbus::Error::FDO(Box::new(zbus::fdo::Error::ServiceUnknown("x".into())));
+        assert!(transient(&gone));
+        let refused = zbus::Error::FDO(Box::new(zbus::fdo::Error::InvalidArgs(
+            "bad property".into(),
+        )));
+        assert!(!transient(&refused));
+    }
+}

@@ -1,0 +1,136 @@
+//! At start and every minute: re-adopting the units of jobs that ran while
+//! the daemon was away, and cleaning what retention lets go.
+
+use super::*;
+
+impl Daemon {
+    /// At start: re-adopts running jobs whose units live, harvests finished
+    /// ones, and marks vanished ones LOST. Job IDs continue past every job unit
+    /// systemd still has, so a new job never collides with one (after a purge
+    /// of the state directory, say).
+    pub async fn readopt(&self) -> Result<()> {
+        let loaded = self.systemd.list(crate::unit_name::ALL_JOBS).await?;
+        // Units of jobs whose end was recorded but that were not collected
+        // before the daemon stopped.
+        {
+            let st = self.state.lock().await;
+            if let Ok(mut u) = self.uncollected.lock() {
+                u.extend(
+                    loaded
+                        .iter()
+                        .filter(|unit| {
+                            crate::unit_name::job_of(unit)
+                                .and_then(|id| st.find(id))
+                                .is_some_and(|f| f.state().is_final())
+                        })
+                        .map(|unit| (unit.clone(), None)),
+                );
+            }
+        }
+        if let Some(max) = loaded
+            .iter()
+            .filter_map(|u| crate::unit_name::job_of(u))
+            .max()
+        {
+            let mut st = self.state.lock().await;
+            if st.next_id <= max {
+                tracing::warn!(
+                    "job units up to xlurm-job-{max} exist; new job IDs start at {}",
+                    max + 1
+                );
+                st.next_id = max + 1;
+            }
+        }
+        let running: Vec<Job> = {
+            let st = self.state.lock().await;
+            st.jobs
+                .values()
+                .filter(|j| j.state == JobState::Running)
+                .cloned()
+                .collect()
+        };
+        for job in running {
+            match self.systemd.status(&job.unit()).await? {
+                Some(status)
+                    if job.invocation_id.is_empty()
+                        || status.invocation_id == job.invocation_id =>
+                {
+                    {
+                        let mut st = self.state.lock().await;
+                        if let Some(alloc) = job.alloc.clone() {
+                            let deadline = job.start_usec / 1_000_000 + job.demand.time_limit_secs;
+                            st.sched.adopt(job.id, alloc, deadline);
+                        }
+                    }
+                    tracing::info!(job = job.id, "job {} re-adopted ({})", job.id, job.unit());
+                    self.reconcile(job.id).await;
+                }
+                _ => {
+                    let detail = format!(
+                        "its unit {} vanished while xlurmd was down (a reboot?)",
+                        job.unit()
+                    );
+                    let mut st = self.state.lock().await;
+                    if let Some(j) = st.jobs.get_mut(&job.id) {
+                        j.state = JobState::Lost;
+                        j.end_usec = now_usec();
+                        j.outcome = Some(Outcome {
+                            detail,
+                            ..Default::default()
+                        });
+                        let j = j.clone();
+                        st.store.save([&j])?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops ended jobs older than the retention period, and keeps those that
+    /// ended more than a linger period ago in brief only (their D-Bus objects
+    /// are gone by then: see `job_object`).
+    pub async fn clean(&self) {
+        let now = now_usec();
+        let cutoff = now.saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
+        let linger = self.settings.object_linger.as_micros() as u64 + 60_000_000;
+        let mut st = self.state.lock().await;
+        let State {
+            store, jobs, ended, ..
+        } = &mut *st;
+        let mut removed = 0;
+        jobs.retain(|id, j| {
+            let keep = !(j.state.is_final() && j.end_usec < cutoff);
+            if !keep {
+                store.forget(*id);
+                removed += 1;
+            }
+            keep
+        });
+        ended.retain(|id, b| {
+            let keep = b.end_usec >= cutoff;
+            if !keep {
+                store.forget(id);
+                removed += 1;
+            }
+            keep
+        });
+        st.retired += removed;
+        let old: Vec<JobId> = st
+            .jobs
+            .values()
+            .filter(|j| j.state.is_final() && j.end_usec.saturating_add(linger) < now)
+            .map(|j| j.id)
+            .collect();
+        for id in old {
+            st.retire(id);
+        }
+        st.trim();
+        let next = st.next_id;
+        if st.store.save_next_id(next).is_ok() {
+            if let Err(e) = st.store.maybe_compact() {
+                tracing::warn!("compacting the job log: {e:#}");
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! A unit's change: reading it (or taking what its signals told), recording
+//! the job's end once (`finalize`), restarting a start systemd lost, and
+//! collecting ended units.
+
+use super::*;
+
+impl Daemon {
+    /// Records a final state, frees the job's resources and has its unit
+    /// collected (`unit_state`: its ActiveState when known, see
+    /// [`Systemd::collect`]). The unit keeps the job's result until then
+    /// (`RemainAfterExit=yes`), so a crash in between loses nothing: the
+    /// next start collects it (`readopt`).
+    pub(super) async fn finalize(
+        &self,
+        id: JobId,
+        state: JobState,
+        outcome: Outcome,
+        unit_state: Option<&str>,
+    ) {
+        let mut st = self.state.lock().await;
+        let Some(job) = st.jobs.get_mut(&id) else {
+            return;
+        };
+        if job.state.is_final() {
+            return;
+        }
+        job.state = state;
+        job.end_usec = now_usec();
+        job.command.env = None;
+        let why = outcome.detail.clone();
+        job.outcome = Some(outcome);
+        let job = job.clone();
+        st.sched.finish(id);
+        if let Ok(mut p) = self.peaks.lock() {
+            p.remove(&id);
+        }
+        // A unit left to collect keeps the job's result until the record is
+        // durable: it is synced with the next start's record (one fsync on
+        // the way from a job's end to the next job's start) or before the
+        // unit is collected (`collect_ended`). Without one, sync now.
+        let recorded = if unit_state.is_some() {
+            st.store.append([&job])
+        } else {
+            st.store.save([&job])
+        };
+        let recorded = match recorded {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    job = id,
+                    "recording the final state failed: {e:#}; its unit is kept, so the next start of xlurmd records it"
+                );
+                false
+            }
+        };
+        drop(st);
+        tracing::info!(job = id, "job {id} {}: {why}", state.name());
+        self.changed(id, state);
+        if job.command.script.is_some() {
+            let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        }
+        // Collected once nothing waits, or by the 5 s check (see
+        // `collect_ended`); never while its unit is all that holds its end.
+        if let (true, Ok(mut u)) = (recorded, self.uncollected.lock()) {
+            u.push((job.unit(), unit_state.map(str::to_string)));
+        }
+        self.kick.notify_one();
+    }
+
+    /// Reads job `id`'s unit and records its end if it finished.
+    /// A unit's end arrives as several signals at once: calls for a job whose
+    /// unit is being read already are folded into one more read after it, so
+    /// systemd is asked once or twice, not once per signal.
+    pub async fn reconcile(&self, id: JobId) {
+        self.reconcile_with(id, None).await
+    }
+
+    /// [`Daemon::reconcile`] for a unit whose end its signals told
+    /// (`outcome::Tracker`): only its accounting is read.
+    pub async fn reconcile_with(&self, id: JobId, ended: Option<UnitStatus>) {
+        {
+            let Ok(mut r) = self.reconciling.lock() else {
+                return;
+            };
+            if let Some(again) = r.get_mut(&id) {
+                *again = true;
+                return;
+            }
+            r.insert(id, false);
+        }
+        let mut ended = ended;
+        loop {
+            // Boxed: reconcile -> restart_lost -> launch -> reconcile.
+            Box::pin(self.reconcile_once(id, ended.take())).await;
+            let Ok(mut r) = self.reconciling.lock() else {
+                return;
+            };
+            match r.get_mut(&id) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    r.remove(&id);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn reconcile_once(&self, id: JobId, ended: Option<UnitStatus>) {
+        {
+            // Under the launching lock, which `launched` takes too: a signal
+            // is either seen there or handled here, never left behind.
+            let Ok(l) = self.launching.lock() else {
+                return;
+            };
+            if l.contains(&id) {
+                if let Ok(mut s) = self.signalled.lock() {
+                    let seen = s.entry(id).or_default();
+                    // An end the signals told is kept over signals that told less.
+                    if ended.is_some() {
+                        *seen = ended;
+                    }
+                }
+                return;
+            }
+        }
+        let (unit, cancelled, invocation, memory_max) = {
+            let st = self.state.lock().await;
+            match st.jobs.get(&id) {
+                Some(j) if j.state == JobState::Running => (
+                    j.unit(),
+                    j.cancel_requested_by.is_some(),
+                    j.invocation_id.clone(),
+                    j.alloc.as_ref().map(|a| a.mem_bytes),
+                ),
+                // Its end is recorded, but stopping its exited unit had to
+                // SIGKILL what the job left behind, which leaves the unit
+                // failed: let systemd forget it.
+                Some(j) if j.state.is_final() && ended.as_ref().is_some_and(UnitStatus::failed) => {
+                    let unit = j.unit();
+                    drop(st);
+                    self.systemd.reset_failed(&unit).await;
+                    return;
+                }
+                _ => return,
+            }
+        };
+        let read = match ended {
+            Some(mut status) => {
+                // The MemoryMax xlurm gave the unit (for the OOM race in classify).
+                status.memory_max = memory_max;
+                Ok(Some(self.systemd.accounting(&unit, status).await))
+            }
+            None => self.systemd.status(&unit).await,
+        };
+        match read {
+            Ok(Some(mut status)) => {
+                if status.memory_peak.is_none() {
+                    status.memory_peak = self.peaks.lock().ok().and_then(|p| p.get(&id).copied());
+                }
+                if !invocation.is_empty()
+                    && !status.invocation_id.is_empty()
+                    && status.invocation_id != invocation
+                {
+                    let detail = format!("its unit {unit} now belongs to another invocation");
+                    self.finalize(
+                        id,
+                        JobState::Lost,
+                        Outcome {
+                            detail,
+                            ..Default::default()
+                        },
+                        None,
+                    )
+                    .await;
+                    return;
+                }
+                if invocation.is_empty() && !status.invocation_id.is_empty() {
+                    self.started(id, status.invocation_id.clone()).await;
+                }
+                if status.finished() {
+                    let (state, outcome) = classify(&status, cancelled);
+                    self.finalize(id, state, outcome, Some(&status.active_state))
+                        .await;
+                }
+            }
+            // Created but gone before it was ever seen running: systemd may
+            // have lost its start job (daemon-reexec), or an admin stopped it.
+            Ok(None) if !cancelled && invocation.is_empty() => self.restart_lost(id, &unit).await,
+            Ok(None) => {
+                let (state, detail) = if cancelled {
+                    (JobState::Cancelled, "cancelled".to_string())
+                } else {
+                    (JobState::Cancelled, format!("its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded"))
+                };
+                self.finalize(
+                    id,
+                    state,
+                    Outcome {
+                        detail,
+                        ..Default::default()
+                    },
+                    None,
+                )
+                .await;
+            }
+            Err(e) => tracing::warn!(job = id, "job {id}: reading {unit}: {e:#}"),
+        }
+    }
+
+    /// Records the invocation job `id`'s unit runs under (from its signals
+    /// or a read). Kept in memory and written with the job's next record:
+    /// after a restart an empty one matches whatever runs the unit.
+    pub async fn started(&self, id: JobId, invocation: String) {
+        let mut st = self.state.lock().await;
+        if let Some(j) = st.jobs.get_mut(&id) {
+            if j.state == JobState::Running && j.invocation_id.is_empty() {
+                j.invocation_id = invocation;
+                // It started: its environment is no longer needed.
+                j.command.env = None;
+                let _ = self.changes.send((id, Change::Invocation));
+            }
+        }
+    }
+
+    /// Job `id`'s unit is gone and was never seen running. If the journal
+    /// shows it never started either, systemd lost the start job (observed
+    /// during `daemon-reexec`): start the unit again, at most
+    /// [`MAX_RELAUNCHES`] times. If it did start, it was stopped outside
+    /// xlurm before its result was read: CANCELLED, saying so.
+    pub(super) async fn restart_lost(&self, id: JobId, unit: &str) {
+        // One decision per job: a concurrent reconcile sees it launching.
+        if !self.launching.lock().is_ok_and(|mut l| l.insert(id)) {
+            return;
+        }
+        let job = {
+            let st = self.state.lock().await;
+            match st.jobs.get(&id) {
+                Some(j) if j.state == JobState::Running && j.invocation_id.is_empty() => j.clone(),
+                _ => {
+                    drop(st);
+                    self.launched(id);
+                    return;
+                }
+            }
+        };
+        let user_mode = self.settings.unit.user_mode;
+        let ran = crate::daemon::journal::unit_started(
+            &self.settings.journalctl,
+            unit,
+            job.start_usec,
+            user_mode,
+        )
+        .await;
+        let stopped = |why: String| {
+            Outcome {
+            detail: format!(
+                "its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded{why}"
+            ),
+            ..Default::default()
+        }
+        };
+        let outcome = match ran {
+            Ok(true) => stopped(String::new()),
+            Err(e) => stopped(format!(" (whether it ever ran is unknown: {e:#})")),
+            Ok(false) if job.relaunches >= MAX_RELAUNCHES => {
+                self.fail_launch(
+                    id,
+                    format!(
+                        "systemd lost the start of {unit} {} times in a row",
+                        job.relaunches + 1
+                    ),
+                )
+                .await;
+                return;
+            }
+            Ok(false) => {
+                let job = {
+                    let mut st = self.state.lock().await;
+                    let Some(j) = st.jobs.get_mut(&id) else {
+                        drop(st);
+                        self.launched(id);
+                        return;
+                    };
+                    j.relaunches += 1;
+                    if let Some(o) = j.output.as_mut().filter(|o| o.error.is_empty()) {
+                        o.error = "the copy was lost when systemd lost the job's first start; \
+                                   the output is in the journal: xlurm log"
+                            .into();
+                    }
+                    let j = j.clone();
+                    if let Err(e) = st.store.save([&j]) {
+                        tracing::warn!(job = id, "recording the relaunch: {e:#}");
+                    }
+                    j
+                };
+                tracing::warn!(
+                    job = id,
+                    "job {id}: systemd lost the start of {unit} before it ever ran; starting it again ({}/{MAX_RELAUNCHES})",
+                    job.relaunches
+                );
+                // Boxed: launch -> reconcile -> restart_lost -> launch.
+                Box::pin(self.launch(job)).await;
+                return;
+            }
+        };
+        self.launched(id);
+        self.finalize(id, JobState::Cancelled, outcome, None).await;
+    }
+
+    /// Collects the units of jobs whose end is recorded (see `finalize`).
+    /// Called when no job waits (`schedule`), by the periodic check of
+    /// running jobs (`ServeConfig::recheck`, 5 s) and before the daemon
+    /// exits: while jobs wait to start, ended units are collected in a batch
+    /// every few seconds, not one by one between starts. systemd answers
+    /// calls and runs stop jobs on the one thread that also starts units:
+    /// VM 11 measured 30 one-second-apart starts 8-12% sooner so.
+    pub async fn collect_ended(&self) {
+        let units = match self.uncollected.lock() {
+            Ok(mut u) => std::mem::take(&mut *u),
+            Err(_) => return,
+        };
+        if units.is_empty() {
+            return;
+        }
+        // Their ends must be on disk before their units, which hold them too, go.
+        if let Err(e) = self.state.lock().await.store.sync() {
+            tracing::error!(
+                "syncing the job log failed; leaving {} ended jobs' units uncollected: {e:#}",
+                units.len()
+            );
+            if let Ok(mut u) = self.uncollected.lock() {
+                u.extend(units);
+            }
+            return;
+        }
+        for (unit, active_state) in units {
+            let how = crate::daemon::outcome::Collect::for_state(active_state.as_deref());
+            self.systemd.collect(&unit, how).await;
+        }
+    }
+
+    /// Reads the memory peak so far of each of `running` (job, unit) from
+    /// its cgroup. systemd before 256 has no `MemoryPeak` and removes a unit's
+    /// cgroup as soon as its processes are gone, so a job's peak is what was
+    /// last read here: exact for a job whose use stopped growing before the
+    /// last look (every `ServeConfig::recheck`), none for one shorter than that.
+    pub async fn sample_memory_peaks(&self, running: &[(JobId, String)]) {
+        let seen: Vec<(JobId, u64)> = running
+            .iter()
+            .filter_map(|(id, unit)| Some((*id, self.systemd.memory_peak_now(unit)?)))
+            .collect();
+        // Under the state lock, for jobs still running: `finalize` drops a
+        // job's figure under it, so none is left behind for an ended job.
+        let st = self.state.lock().await;
+        if let Ok(mut p) = self.peaks.lock() {
+            p.extend(seen.into_iter().filter(|(id, _)| {
+                st.jobs
+                    .get(id)
+                    .is_some_and(|j| j.state == JobState::Running)
+            }));
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The daemon's tables: jobs in full and in brief, the scheduler's books,
+//! the store, and the counts kept beside them.
+
+use super::*;
+
+pub struct State {
+    pub sched: Scheduler,
+    /// Jobs in full: pending, running, and those that ended a short while ago
+    /// (while their D-Bus object lingers); see [`State::retire`].
+    pub jobs: BTreeMap<JobId, Job>,
+    /// Jobs that ended, in brief; their whole record is in the store.
+    pub ended: Ended,
+    pub(super) strings: Strings,
+    pub store: Store,
+    pub next_id: JobId,
+    pub(super) pending_per_user: HashMap<u32, usize>,
+    /// Jobs retired since memory was last given back (see `State::trim`).
+    pub(super) retired: usize,
+}
+
+/// Jobs in full and in brief, each in ID order, merged into one order;
+/// `first(a, b)`: whether ID `a` comes before ID `b`.
+fn merge<'a>(
+    full: impl Iterator<Item = (&'a JobId, &'a Job)>,
+    brief: impl Iterator<Item = (JobId, &'a Brief)>,
+    first: fn(JobId, JobId) -> bool,
+) -> impl Iterator<Item = (JobId, Found<'a>)> {
+    let (mut full, mut brief) = (full.peekable(), brief.peekable());
+    std::iter::from_fn(move || {
+        let take_full = match (full.peek(), brief.peek()) {
+            (Some((a, _)), Some((b, _))) => first(**a, *b),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        if take_full {
+            full.next().map(|(id, j)| (*id, Found::Full(j)))
+        } else {
+            brief.next().map(|(id, b)| (id, Found::Brief(b)))
+        }
+    })
+}
+
+/// A job found by ID: in full, or ended and kept in brief.
+pub enum Found<'a> {
+    Full(&'a Job),
+    Brief(&'a Brief),
+}
+
+impl Found<'_> {
+    pub fn uid(&self) -> u32 {
+        match self {
+            Found::Full(j) => j.uid,
+            Found::Brief(b) => b.uid,
+        }
+    }
+
+    pub fn user(&self) -> &str {
+        match self {
+            Found::Full(j) => &j.user,
+            Found::Brief(b) => &b.user,
+        }
+    }
+
+    pub fn state(&self) -> JobState {
+        match self {
+            Found::Full(j) => j.state,
+            Found::Brief(b) => b.state,
+        }
+    }
+}
+
+impl State {
+    pub fn new(sched: Scheduler, loaded: Loaded, store: Store) -> State {
+        let mut pending_per_user = HashMap::new();
+        for j in loaded
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+        {
+            *pending_per_user.entry(j.uid).or_insert(0) += 1;
+        }
+        State {
+            sched,
+            jobs: loaded.jobs,
+            ended: loaded.ended,
+            strings: loaded.strings,
+            store,
+            next_id: loaded.next_id,
+            pending_per_user,
+            retired: 0,
+        }
+    }
+
+    /// Job `id`, in full or in brief.
+    pub fn find(&self, id: JobId) -> Option<Found<'_>> {
+        match self.jobs.get(&id) {
+            Some(j) => Some(Found::Full(j)),
+            None => self.ended.get(id).map(Found::Brief),
+        }
+    }
+
+    /// Job `id` in full: from memory, or read back from the store if it ended
+    /// a while ago.
+    pub fn full(&self, id: JobId) -> anyhow::Result<Option<std::borrow::Cow<'_, Job>>> {
+        match self.jobs.get(&id) {
+            Some(j) => Ok(Some(std::borrow::Cow::Borrowed(j))),
+            None if self.ended.contains(id) => {
+                Ok(Some(std::borrow::Cow::Owned(self.store.read(id)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// After jobs were retired or cleaned: drops strings no record uses and
+    /// hands freed memory back to the system (glibc keeps it otherwise, so
+    /// a daemon that once held 100,000 pending jobs would stay that big).
+    pub fn trim(&mut self) {
+        if self.retired == 0 {
+            return;
+        }
+        self.retired = 0;
+        self.strings.prune();
+        self.ended.shrink();
+        self.sched.shrink();
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free heap pages to the kernel.
+        unsafe {
+            nix::libc::malloc_trim(0);
+        }
+    }
+
+    /// Every job, newest (highest ID) first, in full or in brief.
+    pub fn newest_first(&self) -> impl Iterator<Item = (JobId, Found<'_>)> {
+        merge(self.jobs.iter().rev(), self.ended.iter_rev(), |a, b| a > b)
+    }
+
+    /// Every job from ID `from` on, oldest (lowest ID) first, in full or in brief.
+    pub fn oldest_first(&self, from: JobId) -> impl Iterator<Item = (JobId, Found<'_>)> {
+        merge(
+            self.jobs.range(from..),
+            self.ended.iter_from(from),
+            |a, b| a < b,
+        )
+    }
+
+    /// Keeps ended job `id` in brief only, from now on.
+    pub fn retire(&mut self, id: JobId) {
+        if !self.jobs.get(&id).is_some_and(|j| j.state.is_final()) {
+            return;
+        }
+        if let Some(job) = self.jobs.remove(&id) {
+            let brief = Brief::of(&job, |s| self.strings.get(s));
+            self.ended.insert(id, brief);
+            self.retired += 1;
+        }
+    }
+
+    pub(super) fn pending_done(&mut self, uid: u32) {
+        if let Some(n) = self.pending_per_user.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        (self.sched.pending_count(), self.sched.running_count())
+    }
+}

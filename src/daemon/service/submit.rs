@@ -1,0 +1,161 @@
+//! Submit: checking specs, queueing jobs, and what a job needs at its start
+//! (its script on disk, its devices' variables and nodes).
+
+use super::*;
+
+/// What a submission got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: JobId,
+    pub mem_bytes: u64,
+    pub mem_default: bool,
+}
+
+impl Daemon {
+    /// Queues jobs for `uid`. All specs are checked before any is queued.
+    pub async fn submit(&self, uid: u32, specs: Vec<Spec>) -> ApiResult<Vec<Submitted>> {
+        self.submit_with_output(uid, specs, None).await
+    }
+
+    /// Like [`Daemon::submit`]; `output` is `(descriptor, path)` for a single job's `--output`.
+    pub async fn submit_with_output(
+        &self,
+        uid: u32,
+        specs: Vec<Spec>,
+        output: Option<(std::os::fd::OwnedFd, String)>,
+    ) -> ApiResult<Vec<Submitted>> {
+        if output.is_some() && specs.len() != 1 {
+            return Err(ApiError::InvalidArgs(
+                "an output file goes with exactly one job".into(),
+            ));
+        }
+        if let Some((fd, _)) = &output {
+            crate::daemon::output::check_fd(fd).map_err(ApiError::InvalidArgs)?;
+        }
+        let user = user_name(uid);
+        let mut st = self.state.lock().await;
+        let mut demands = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let d = st.sched.validate(&spec.request).map_err(|e| {
+                ApiError::InvalidRequest(if specs.len() > 1 {
+                    format!("job {}: {e}", i + 1)
+                } else {
+                    e.to_string()
+                })
+            })?;
+            demands.push(d);
+        }
+        let pending = st.pending_per_user.get(&uid).copied().unwrap_or(0);
+        if pending + specs.len() > self.settings.max_pending_per_user {
+            return Err(ApiError::LimitExceeded(format!(
+                "{user} has {pending} pending jobs; the limit is {} (admin option --max-pending-per-user)",
+                self.settings.max_pending_per_user
+            )));
+        }
+        let now = now_usec();
+        let mut out = Vec::with_capacity(specs.len());
+        let mut new_jobs = Vec::with_capacity(specs.len());
+        for (spec, demand) in specs.into_iter().zip(demands) {
+            let id = st.next_id;
+            st.next_id += 1;
+            out.push(Submitted {
+                id,
+                mem_bytes: demand.mem_bytes,
+                mem_default: demand.mem_default,
+            });
+            new_jobs.push(Job {
+                id,
+                name: spec.name,
+                uid,
+                user: user.clone(),
+                command: Command {
+                    argv: spec.argv,
+                    script: spec.script,
+                    cwd: spec.cwd,
+                    env: spec.env,
+                },
+                demand,
+                state: JobState::Pending,
+                submit_usec: now,
+                start_usec: 0,
+                end_usec: 0,
+                alloc: None,
+                invocation_id: String::new(),
+                outcome: None,
+                cancel_requested_by: None,
+                relaunches: 0,
+                output: output
+                    .as_ref()
+                    .map(|(_, path)| crate::daemon::job::OutputCopy {
+                        path: path.clone(),
+                        ..Default::default()
+                    }),
+            });
+        }
+        if let Err(e) = st.store.save(new_jobs.iter()) {
+            st.next_id -= new_jobs.len() as u64;
+            tracing::error!("could not record a submission of {user}, nothing was queued: {e:#}");
+            return Err(ApiError::Failed(format!(
+                "could not record the job, nothing was queued: {e:#}"
+            )));
+        }
+        let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
+        for job in new_jobs {
+            st.sched.enqueue(job.id, job.demand.clone());
+            *st.pending_per_user.entry(uid).or_insert(0) += 1;
+            st.jobs.insert(job.id, job);
+        }
+        drop(st);
+        if let (Some((fd, _)), Some(id)) = (output, new_ids.first()) {
+            crate::daemon::output::store(*id, &fd);
+            self.outputs.lock().await.insert(*id, fd);
+        }
+        for id in new_ids {
+            self.changed(id, JobState::Pending);
+        }
+        self.kick.notify_one();
+        Ok(out)
+    }
+}
+
+/// A job's visibility variables and its `DeviceAllow` entries.
+pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
+
+/// The visibility variables and `DeviceAllow` entries of a job holding
+/// `devices`, from the devices the backends discovered.
+pub fn device_setup(
+    accel: &[crate::accel::Active],
+    devices: &[crate::core::DeviceRef],
+) -> Result<DeviceSetup, String> {
+    let vendor = devices.first().map(|d| d.vendor);
+    let env = crate::accel::visibility_env(vendor, devices).map_err(|e| e.to_string())?;
+    let discovered: Vec<crate::accel::DiscoveredDevice> = accel
+        .iter()
+        .flat_map(|a| a.devices.iter().cloned())
+        .collect();
+    let allow = crate::accel::device_allow(&discovered, devices)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|p| (p.display().to_string(), "rw".to_string()))
+        .collect();
+    Ok((env, allow))
+}
+
+pub(super) fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, script.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}
