@@ -311,7 +311,7 @@ impl SchedulerApi {
                 "no job {id} (finished jobs are kept for a while, then cleaned)"
             ))
         })?;
-        let own = Daemon::owns(uid, found.uid());
+        let own = super::service::owns(uid, found.uid());
         if !own && !self.daemon.settings.list_is_public {
             return Err(ApiError::PermissionDenied(format!(
                 "job {id} belongs to {}",

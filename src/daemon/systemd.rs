@@ -270,6 +270,84 @@ pub fn read_memory_peak(dir: &std::path::Path) -> Option<u64> {
         .and_then(|s| s.trim().parse::<u64>().ok())
 }
 
+/// What the daemon asks of systemd's manager. [`Systemd`] asks it over the
+/// bus; tests give the daemon an in-memory double
+/// (`crate::testing::memory_units`), so its handlers run without a bus.
+pub trait Units: Send + Sync + 'static {
+    /// Starts a transient unit; fails if systemd refuses the properties or
+    /// the unit exists.
+    fn start(
+        &self,
+        unit: &str,
+        props: &[(&str, Variant<'_>)],
+    ) -> impl std::future::Future<Output = zbus::Result<()>> + Send;
+    /// Starts a loaded unit that never ran (its start job was lost).
+    fn start_loaded(
+        &self,
+        unit: &str,
+    ) -> impl std::future::Future<Output = zbus::Result<()>> + Send;
+    /// Stops a unit (SIGTERM to its whole cgroup, then SIGKILL).
+    fn stop(&self, unit: &str) -> impl std::future::Future<Output = zbus::Result<()>> + Send;
+    /// Lets systemd forget a failed unit.
+    fn reset_failed(&self, unit: &str) -> impl std::future::Future<Output = ()> + Send;
+    /// Lets systemd forget a finished unit (see [`Collect`]).
+    fn collect(&self, unit: &str, how: Collect) -> impl std::future::Future<Output = ()> + Send;
+    /// A running unit's memory peak so far, from its cgroup.
+    fn memory_peak_now(&self, unit: &str) -> Option<u64>;
+    /// A finished unit's status completed with its CPU time and memory peak.
+    fn accounting(
+        &self,
+        unit: &str,
+        status: UnitStatus,
+    ) -> impl std::future::Future<Output = UnitStatus> + Send;
+    /// Names of loaded units matching `pattern`.
+    fn list(&self, pattern: &str) -> impl std::future::Future<Output = Result<Vec<String>>> + Send;
+    /// ActiveState, SubState and whether a job is queued, of each loaded unit
+    /// matching `pattern`.
+    fn states(
+        &self,
+        pattern: &str,
+    ) -> impl std::future::Future<Output = Result<HashMap<String, (String, String, bool)>>> + Send;
+    /// The status of `unit`; `None` when systemd has no such unit loaded.
+    fn status(
+        &self,
+        unit: &str,
+    ) -> impl std::future::Future<Output = Result<Option<UnitStatus>>> + Send;
+}
+
+impl Units for Systemd {
+    async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
+        Systemd::start(self, unit, props).await.map(|_| ())
+    }
+    async fn start_loaded(&self, unit: &str) -> zbus::Result<()> {
+        Systemd::start_loaded(self, unit).await
+    }
+    async fn stop(&self, unit: &str) -> zbus::Result<()> {
+        Systemd::stop(self, unit).await
+    }
+    async fn reset_failed(&self, unit: &str) {
+        Systemd::reset_failed(self, unit).await
+    }
+    async fn collect(&self, unit: &str, how: Collect) {
+        Systemd::collect(self, unit, how).await
+    }
+    fn memory_peak_now(&self, unit: &str) -> Option<u64> {
+        Systemd::memory_peak_now(self, unit)
+    }
+    async fn accounting(&self, unit: &str, status: UnitStatus) -> UnitStatus {
+        Systemd::accounting(self, unit, status).await
+    }
+    async fn list(&self, pattern: &str) -> Result<Vec<String>> {
+        Systemd::list(self, pattern).await
+    }
+    async fn states(&self, pattern: &str) -> Result<HashMap<String, (String, String, bool)>> {
+        Systemd::states(self, pattern).await
+    }
+    async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
+        Systemd::status(self, unit).await
+    }
+}
+
 impl Systemd {
     /// Connects to the manager on `conn` and subscribes to its signals.
     pub async fn connect(conn: &Connection) -> Result<Systemd> {

@@ -3,3 +3,4 @@
 
 pub mod bus;
 pub mod fake_systemd;
+pub mod memory_units;

@@ -71,7 +71,7 @@ pub fn resolve_run_as(uid: u32) -> Result<RunAs, String> {
     })
 }
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// The submitter `uid`'s account for a unit, resolved at start: looked
     /// up off the event loop (NSS may block: LDAP, or nss-systemd's varlink
     /// calls, some answered by systemd itself, which then starts the next

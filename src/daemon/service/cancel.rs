@@ -2,13 +2,13 @@
 
 use super::*;
 
-impl Daemon {
-    /// Whether `uid` may see details of, or act on, `job` without polkit.
-    /// Whether caller `uid` may see and act on a job of `owner`'s.
-    pub fn owns(uid: u32, owner: u32) -> bool {
-        uid == 0 || uid == owner
-    }
+/// Whether caller `uid` may see details of, and act on, a job of `owner`'s
+/// without polkit.
+pub fn owns(uid: u32, owner: u32) -> bool {
+    uid == 0 || uid == owner
+}
 
+impl<U: Units> Daemon<U> {
     /// Cancels a job and returns the state it was in. `admin` says the caller
     /// passed the polkit check for other users' jobs.
     pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
@@ -16,7 +16,7 @@ impl Daemon {
         let job = st
             .find(id)
             .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-        if !Self::owns(uid, job.uid()) && !admin {
+        if !owns(uid, job.uid()) && !admin {
             return Err(ApiError::PermissionDenied(format!(
                 "job {id} belongs to {}; only its owner or an admin may cancel it",
                 job.user()

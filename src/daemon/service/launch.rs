@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// One scheduling pass: start what fits.
     pub async fn schedule(self: &Arc<Self>) {
         let mut st = self.state.lock().await;

@@ -15,7 +15,7 @@ pub struct LogPage {
     pub missing_before: u64,
 }
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// A page of job `id`'s output after `cursor`, for its owner and root.
     pub async fn read_log(
         &self,
@@ -29,7 +29,7 @@ impl Daemon {
             let found = st
                 .find(id)
                 .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-            if !Self::owns(uid, found.uid()) {
+            if !owns(uid, found.uid()) {
                 return Err(ApiError::PermissionDenied(format!(
                     "job {id} belongs to {}; only its owner and root may read its output",
                     found.user()

@@ -8,7 +8,7 @@ use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
 use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
 use super::store::{Loaded, Store};
-use super::systemd::Systemd;
+use super::systemd::{Systemd, Units};
 use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
 use anyhow::Result;
@@ -27,6 +27,7 @@ mod submit;
 
 pub use accounts::{resolve_run_as, Recent};
 use accounts::{user_name, ACCOUNT_REUSE};
+pub use cancel::owns;
 pub use logs::LogPage;
 pub use state::{Found, State};
 use submit::write_script;
@@ -56,10 +57,10 @@ pub struct Settings {
 }
 
 /// Everything the daemon's tasks share.
-pub struct Daemon {
+pub struct Daemon<U = Systemd> {
     pub state: Mutex<State>,
     pub settings: Settings,
-    pub systemd: Systemd,
+    pub systemd: U,
     /// Wakes the scheduling loop.
     pub kick: Notify,
     /// Tells the API layer what changed about which job (for signals).
@@ -97,14 +98,14 @@ pub enum Change {
     Invocation,
 }
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     pub fn new(
         state: State,
         settings: Settings,
-        systemd: Systemd,
+        systemd: U,
         accel: Vec<crate::accel::Active>,
     ) -> (
-        Arc<Daemon>,
+        Arc<Daemon<U>>,
         tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -178,3 +179,6 @@ mod tests {
         assert!(!transient(&refused));
     }
 }
+
+#[cfg(test)]
+mod handler_tests;

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// At start: re-adopts running jobs whose units live, harvests finished
     /// ones, and marks vanished ones LOST. Job IDs continue past every job unit
     /// systemd still has, so a new job never collides with one (after a purge

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// Records a final state, frees the job's resources and has its unit
     /// collected (`unit_state`: its ActiveState when known, see
     /// [`Systemd::collect`]). The unit keeps the job's result until then

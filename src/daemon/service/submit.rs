@@ -11,7 +11,7 @@ pub struct Submitted {
     pub mem_default: bool,
 }
 
-impl Daemon {
+impl<U: Units> Daemon<U> {
     /// Queues jobs for `uid`. All specs are checked before any is queued.
     pub async fn submit(&self, uid: u32, specs: Vec<Spec>) -> ApiResult<Vec<Submitted>> {
         self.submit_with_output(uid, specs, None).await
