@@ -1667,3 +1667,23 @@ async fn unit_signals_follow_the_owner_of_systemds_name() {
     unit_end_signals(&next, None, id, 0).await;
     wait_state(&c, id, "COMPLETED").await;
 }
+
+/// Without its bus connection xlurmd serves no one: `Served::bus_lost`
+/// returns, and xlurmd's main loop exits non-zero so that systemd restarts it
+/// (a connection dbus-daemon closed used to leave an "active" daemon with no
+/// name on the bus).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bus_connection_is_noticed() {
+    let mut e = env(Mode::Instant).await;
+    let (served, _c) = daemon(&e).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), served.bus_lost())
+            .await
+            .is_err(),
+        "not while the bus is there"
+    );
+    e.bus.kill();
+    tokio::time::timeout(Duration::from_secs(10), served.bus_lost())
+        .await
+        .expect("the lost bus was noticed");
+}

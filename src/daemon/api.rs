@@ -360,11 +360,13 @@ impl SchedulerApi {
     }
 
     /// Up to `max_lines` lines of a job's output after `cursor` ("" = from the start),
-    /// for its owner and root. Returns the lines, the cursor to pass next, the
-    /// job's state when read (once it is final, read until `lines` comes back
-    /// empty) and, on the first page, `missing_before`: 0, or the time (µs since
-    /// the epoch) before which the journal no longer holds anything, when that is
-    /// after the job started: journald rotated its first output away.
+    /// for its owner and root. A page holds at most `max_lines` lines and 4 MiB
+    /// (a longer single line is cut, saying so). Returns the lines, the cursor
+    /// to pass next, the job's state when read (once it is final, read until
+    /// `lines` comes back empty) and, on the first page, `missing_before`: 0, or
+    /// the time (µs since the epoch) before which the journal no longer holds
+    /// anything, when that is after the job started: journald rotated its first
+    /// output away.
     #[zbus(out_args("lines", "cursor", "state", "missing_before"))]
     async fn read_log(
         &self,

@@ -34,6 +34,44 @@ pub struct Page {
     pub lines: Vec<String>,
     /// Where the next page starts; empty if nothing was read yet.
     pub cursor: String,
+    /// The bytes of `lines` so far (see [`PAGE_BYTES`]).
+    bytes: usize,
+}
+
+/// The most bytes of output one page holds, whatever number of lines was
+/// asked for: a reply must stay far below the bus's message limit (32 MiB on
+/// the system bus; a bigger one makes dbus-daemon disconnect xlurmd). A page
+/// stops at the first line that reaches it; a single line longer than it is
+/// cut, saying so.
+pub const PAGE_BYTES: usize = 4 << 20;
+
+impl Page {
+    fn new(cursor: &str) -> Page {
+        Page {
+            cursor: cursor.to_string(),
+            ..Page::default()
+        }
+    }
+
+    /// Whether the page has room for another line.
+    fn has_room(&self, max_lines: u32) -> bool {
+        self.lines.len() < max_lines as usize && self.bytes < PAGE_BYTES
+    }
+
+    /// Adds a line, cut to [`PAGE_BYTES`] if it alone is longer.
+    fn push(&mut self, mut line: String) {
+        if line.len() > PAGE_BYTES {
+            let cut = line.len() - PAGE_BYTES;
+            let mut end = PAGE_BYTES;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+            line.push_str(&format!(" [xlurm: line cut, {cut} more bytes]"));
+        }
+        self.bytes += line.len();
+        self.lines.push(line);
+    }
 }
 
 /// The `MESSAGE` of an entry: a string, or an array of bytes for non-UTF-8 text.
@@ -53,16 +91,13 @@ fn message(v: &serde_json::Value) -> Option<String> {
 
 /// Parses `journalctl --output=json` text into a page.
 pub fn parse(text: &str, previous_cursor: &str) -> Page {
-    let mut page = Page {
-        lines: Vec::new(),
-        cursor: previous_cursor.to_string(),
-    };
+    let mut page = Page::new(previous_cursor);
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         if let Some(m) = message(&v) {
-            page.lines.push(m);
+            page.push(m);
         }
         if let Some(c) = v.get("__CURSOR").and_then(|c| c.as_str()) {
             page.cursor = c.to_string();
@@ -152,25 +187,31 @@ async fn read_journalctl(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
-    // Read only the first `max` entries and stop journalctl there: a page costs
-    // what it holds, not the whole rest of the job's output.
+    // Read only the first `max` entries (and PAGE_BYTES) and stop journalctl
+    // there: a page costs what it holds, not the whole rest of the job's output.
     let mut child = cmd.spawn().context("running journalctl")?;
     let stdout = child.stdout.take().context("journalctl's output")?;
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let mut kept = Vec::new();
-    while kept.len() < max as usize {
+    let mut page = Page::new(cursor);
+    while page.has_room(max) {
         match lines
             .next_line()
             .await
             .context("reading journalctl's output")?
         {
-            Some(l) => kept.push(l),
+            Some(l) => {
+                let entry = parse(&l, &page.cursor);
+                page.cursor = entry.cursor;
+                for m in entry.lines {
+                    page.push(m);
+                }
+            }
             None => break,
         }
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
-    Ok(parse(&kept.join("\n"), cursor))
+    Ok(page)
 }
 
 /// `read`, in-process.
@@ -183,13 +224,10 @@ fn read_native(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     } else {
         j.seek_after(cursor)?;
     }
-    let mut page = Page {
-        lines: Vec::new(),
-        cursor: cursor.to_string(),
-    };
-    while page.lines.len() < max as usize && j.step()? {
+    let mut page = Page::new(cursor);
+    while page.has_room(max) && j.step()? {
         if let Some(m) = j.data("MESSAGE")? {
-            page.lines.push(String::from_utf8_lossy(&m).into_owned());
+            page.push(String::from_utf8_lossy(&m).into_owned());
         }
         page.cursor = j.cursor()?;
     }
@@ -452,6 +490,80 @@ pub async fn unit_started(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_stops_at_its_byte_budget_and_cuts_a_giant_line() {
+        let mut page = Page::new("");
+        let line = "x".repeat(3000);
+        while page.has_room(100_000) {
+            page.push(line.clone());
+        }
+        let bytes: usize = page.lines.iter().map(String::len).sum();
+        assert!((PAGE_BYTES..PAGE_BYTES + 3000).contains(&bytes), "{bytes}");
+        assert!(!page.has_room(100_000));
+        // Lines, not bytes, when they come first.
+        let mut page = Page::new("");
+        while page.has_room(3) {
+            page.push("a".into());
+        }
+        assert_eq!(page.lines.len(), 3);
+        // One line longer than a page: cut, saying how much is missing.
+        let mut page = Page::new("");
+        page.push("é".repeat(PAGE_BYTES));
+        assert!(page.lines[0].len() < PAGE_BYTES + 100);
+        assert!(
+            page.lines[0].ends_with(&format!("[xlurm: line cut, {} more bytes]", PAGE_BYTES)),
+            "{}",
+            &page.lines[0][page.lines[0].len() - 60..]
+        );
+    }
+
+    /// A job that printed 12,000 lines of 3,000 bytes (36 MB, more than the
+    /// system bus carries in one message): each page stays within its budget
+    /// and the pages together give every line back.
+    #[tokio::test]
+    async fn long_lines_come_back_whole_in_pages_of_bounded_size() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("journalctl");
+        // Entry i has cursor c<i>; --after-cursor=c<k> resumes after it.
+        let body = "y".repeat(2990);
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nstart=0\nfor a; do case $a in --after-cursor=c*) start=${{a#--after-cursor=c}} ;; esac; done\n\
+                 seq $((start + 1)) 12000 | sed 's/.*/{{\"__CURSOR\":\"c&\",\"MESSAGE\":\"&:{body}\"}}/'\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let src = Source {
+            id: 1,
+            unit: "xlurm-job-1.service".into(),
+            journalctl: script.to_string_lossy().into_owned(),
+            ..Default::default()
+        };
+        let (mut cursor, mut seen, mut pages) = (String::new(), 0u32, 0);
+        loop {
+            let page = read(&src, &cursor, 20_000).await.unwrap();
+            if page.lines.is_empty() {
+                break;
+            }
+            let bytes: usize = page.lines.iter().map(String::len).sum();
+            assert!(bytes < PAGE_BYTES + 3100, "page of {bytes} bytes");
+            for l in &page.lines {
+                seen += 1;
+                assert!(
+                    l.starts_with(&format!("{seen}:")),
+                    "line {seen} out of order"
+                );
+            }
+            cursor = page.cursor;
+            pages += 1;
+        }
+        assert_eq!(seen, 12_000);
+        assert!(pages >= 9, "36 MB in pages of 4 MiB: {pages}");
+    }
 
     #[test]
     fn parses_entries_text_and_bytes_and_keeps_the_last_cursor() {

@@ -114,11 +114,24 @@ fn limits(o: &Options) -> Result<Limits, Refusal> {
     })
 }
 
+/// How a daemon that started ended.
+enum Exit {
+    /// SIGTERM or SIGINT: exit 0.
+    Stopped,
+    /// Its bus connection is gone: exit [`EX_UNAVAILABLE`], so that
+    /// `Restart=on-failure` restarts it.
+    BusLost,
+}
+
+/// The exit status when the bus connection is lost (EX_UNAVAILABLE).
+pub const EX_UNAVAILABLE: i32 = 69;
+
 /// Runs the daemon until SIGTERM. Returns the process exit status.
 pub async fn main(o: Options) -> i32 {
     init_logging();
     match run(o).await {
-        Ok(()) => 0,
+        Ok(Exit::Stopped) => 0,
+        Ok(Exit::BusLost) => EX_UNAVAILABLE,
         Err(Refusal(msg)) => {
             eprintln!("xlurmd: {msg}");
             tracing::error!("refusing to start: {msg}");
@@ -127,7 +140,7 @@ pub async fn main(o: Options) -> i32 {
     }
 }
 
-async fn run(o: Options) -> Result<(), Refusal> {
+async fn run(o: Options) -> Result<Exit, Refusal> {
     let policy: Policy = o
         .policy
         .parse()
@@ -245,16 +258,25 @@ async fn run(o: Options) -> Result<(), Refusal> {
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Refusal(format!("installing the SIGTERM handler: {e}")))?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = tokio::signal::ctrl_c() => {},
+    let bus_lost = tokio::select! {
+        _ = term.recv() => false,
+        _ = tokio::signal::ctrl_c() => false,
+        _ = served.bus_lost() => true,
+    };
+    if bus_lost {
+        // Not a refusal (exit 78 keeps the unit down): systemd restarts it.
+        let msg = "lost the connection to the bus; exiting so that systemd restarts xlurmd \
+                   (running jobs keep running)";
+        eprintln!("xlurmd: {msg}");
+        tracing::error!("{msg}");
+        return Ok(Exit::BusLost);
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // Let launches in flight reach systemd before exiting.
     daemon.stop_launching(Duration::from_secs(10)).await;
     daemon.collect_ended().await;
     tracing::info!("stopping; running jobs keep running under systemd");
-    Ok(())
+    Ok(Exit::Stopped)
 }
 
 /// Everything `serve` needs that does not come from the bus.
@@ -286,6 +308,17 @@ pub struct ServeConfig {
 pub struct Served {
     pub daemon: Arc<Daemon>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Notified when the bus connection is gone (see [`Served::bus_lost`]).
+    lost: Arc<tokio::sync::Notify>,
+}
+
+impl Served {
+    /// Returns once xlurmd's bus connection is gone (dbus-daemon closed it,
+    /// or restarted): without it xlurmd serves no one and hears no unit
+    /// signal, so it must exit and let systemd restart it.
+    pub async fn bus_lost(&self) {
+        self.lost.notified().await
+    }
 }
 
 impl Drop for Served {
@@ -382,7 +415,9 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
 
     // Unit watcher: any change of a job unit triggers a read of its status.
-    if let Some(t) = spawn_unit_watcher(daemon.clone(), conn.clone()).await {
+    // It ends when the bus connection does.
+    let lost = Arc::new(tokio::sync::Notify::new());
+    if let Some(t) = spawn_unit_watcher(daemon.clone(), conn.clone(), lost.clone()).await {
         tasks.push(t);
     }
     // Signals for state changes.
@@ -461,7 +496,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             }
         }));
     }
-    Ok(Served { daemon, tasks })
+    Ok(Served {
+        daemon,
+        tasks,
+        lost,
+    })
 }
 
 /// Polls one backend forever, applying health changes and logging each change once.
@@ -558,6 +597,7 @@ async fn notify_status(d: &Arc<Daemon>) {
 async fn spawn_unit_watcher(
     d: Arc<Daemon>,
     conn: zbus::Connection,
+    lost: Arc<tokio::sync::Notify>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     use futures_util::StreamExt;
     let stream = |rule: zbus::Result<zbus::MatchRule<'static>>, what: &'static str| {
@@ -648,6 +688,8 @@ async fn spawn_unit_watcher(
                 }
             }
         }
+        // Both streams end only with the connection.
+        lost.notify_one();
     }))
 }
 

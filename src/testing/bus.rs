@@ -65,9 +65,16 @@ impl PrivateBus {
     }
 }
 
-impl Drop for PrivateBus {
-    fn drop(&mut self) {
+impl PrivateBus {
+    /// Kills the bus: every connection to it is closed.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateBus {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

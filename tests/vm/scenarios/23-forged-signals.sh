@@ -97,7 +97,7 @@ check "a quiet window of ${window}s: what xlurmd asks of systemd on its own"
 q0=$(date +%s.%N)
 probe
 q1=$(awk -v a="$q0" -v w="$window" 'BEGIN{printf "%.6f", a+w}')
-sleep "$(awk -v n="$(date +%s.%N)" -v e="$q1" 'BEGIN{d=e-n; printf "%.3f", d>0?d:0}')"
+sleep "$(awk -v n="$(date +%s.%N)" -v e="$q1" 'BEGIN{d=e-n; printf "%.3f", (d > 0 ? d : 0)}')"
 quiet=$(calls_between "$q0" "$q1")
 note "quiet: $quiet calls to systemd in $(awk -v a="$q0" -v b="$q1" 'BEGIN{printf "%.1f", b-a}') s"
 
