@@ -92,3 +92,14 @@ need_bin() {
 
 # journal_of UNIT: the unit's journal lines (message text only).
 journal_of() { journalctl --no-pager -q -o cat -u "$1"; }
+
+# xlurmd's D-Bus API for busctl: "${XB[@]}" METHOD SIGNATURE ARGS... calls a Scheduler1
+# method (as root; as_user USER "${XB[@]}" ... as USER).
+XD=(org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1)
+XB=(busctl call --timeout=60 -- "${XD[@]}")
+
+# job_state ID: the job's state (GetJob as root), e.g. RUNNING.
+job_state() { "${XB[@]}" GetJob t "$1" | grep -o '"state" s "[A-Z_]*"' | awk '{print $3}' | tr -d '"'; }
+
+# xlurmd_owner: the unique bus name that owns org.xlurm.Scheduler1 now.
+xlurmd_owner() { busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p'; }

@@ -17,8 +17,6 @@ forge=/tmp/xlurm-23-forge
 install -m 755 "$XLURM_VM_SRC/fakes/forge_signals" "$forge"
 
 systemctl start xlurmd
-D=(org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1)
-B=(busctl call --timeout=60 -- "${D[@]}")
 mon=/tmp/xlurm-23-calls.log
 cleanup() {
     kill "${monpid:-0}" 2>/dev/null || true
@@ -26,21 +24,20 @@ cleanup() {
     rm -f "$forge"
 }
 trap cleanup EXIT
-state_of() { "${B[@]}" GetJob t "$1" | grep -o '"state" s "[A-Z_]*"' | awk '{print $3}' | tr -d '"'; }
 main_pid() { systemctl show -p MainPID --value "xlurm-job-$1.service"; }
 restarts0=$(systemctl show -p NRestarts --value xlurmd)
-owner=$(busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p')
+owner=$(xlurmd_owner)
 [ -n "$owner" ] || fail "xlurmd has no unique name on the bus"
 note "xlurmd is $owner"
 
 submit() {
-    as_user alice "${B[@]}" Submit 'a{sv}' 3 argv as 2 /bin/sleep 1000 cwd s /home/alice \
+    as_user alice "${XB[@]}" Submit 'a{sv}' 3 argv as 2 /bin/sleep 1000 cwd s /home/alice \
         name s "$1" | awk '{print $2}'
 }
 check "alice runs two jobs"
 a=$(submit xlurm-23-a)
 b=$(submit xlurm-23-b)
-wait_for "[ \"\$(state_of $a)\" = RUNNING ] && [ \"\$(state_of $b)\" = RUNNING ]" 60
+wait_for "[ \"\$(job_state $a)\" = RUNNING ] && [ \"\$(job_state $b)\" = RUNNING ]" 60
 pid_a=$(main_pid "$a")
 pid_b=$(main_pid "$b")
 [ "$pid_a" -gt 0 ] && [ "$pid_b" -gt 0 ] || fail "no main PIDs ($pid_a, $pid_b)"
@@ -66,7 +63,7 @@ forge_end "$a"
 as_user bob "$forge" "$owner" "$a" 3 end
 as_user bob "$forge" - "$a" 3 end
 sleep 3
-assert_eq RUNNING "$(state_of "$a")" "alice's job is still RUNNING"
+assert_eq RUNNING "$(job_state "$a")" "alice's job is still RUNNING"
 assert_eq active "$(systemctl is-active "xlurm-job-$a.service")" "its unit still runs"
 assert_ok kill -0 "$pid_a"
 assert_eq "$pid_a" "$(main_pid "$a")" "the same process"
@@ -121,19 +118,19 @@ note "ok: PID 1's call count stayed flat"
 check "after the flood: xlurmd still serves, both jobs run on"
 assert_eq active "$(systemctl is-active xlurmd)" "xlurmd active"
 assert_eq "$restarts0" "$(systemctl show -p NRestarts --value xlurmd)" "xlurmd not restarted"
-assert_eq "$owner" "$(busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p')" \
+assert_eq "$owner" "$(xlurmd_owner)" \
     "xlurmd still owns its name"
 for id in "$a" "$b"; do
-    assert_eq RUNNING "$(state_of "$id")" "job $id RUNNING"
+    assert_eq RUNNING "$(job_state "$id")" "job $id RUNNING"
 done
 assert_ok kill -0 "$pid_a"
 assert_ok kill -0 "$pid_b"
 
 check "systemd's own word still counts: alice cancels, and a new job completes"
 as_user alice xcancel "$a" "$b"
-wait_for "[ \"\$(state_of $a)\" = CANCELLED ] && [ \"\$(state_of $b)\" = CANCELLED ]" 60
+wait_for "[ \"\$(job_state $a)\" = CANCELLED ] && [ \"\$(job_state $b)\" = CANCELLED ]" 60
 ! kill -0 "$pid_a" 2>/dev/null || fail "job $a's process outlived its cancel"
-c=$(as_user alice "${B[@]}" Submit 'a{sv}' 3 argv as 1 /bin/true cwd s /home/alice \
+c=$(as_user alice "${XB[@]}" Submit 'a{sv}' 3 argv as 1 /bin/true cwd s /home/alice \
     name s xlurm-23-c | awk '{print $2}')
-wait_for "[ \"\$(state_of $c)\" = COMPLETED ]" 60
+wait_for "[ \"\$(job_state $c)\" = COMPLETED ]" 60
 note "ok: job $c COMPLETED"

@@ -11,21 +11,17 @@ set -euo pipefail
 need_bin xlurmd
 
 systemctl start xlurmd
-D=(org.xlurm.Scheduler1 /org/xlurm/Scheduler1 org.xlurm.Scheduler1)
-B=(busctl call --timeout=60 -- "${D[@]}")
 out=/tmp/xlurm-24-log.txt
 cleanup() { rm -f "$out"; }
 trap cleanup EXIT
-state_of() { "${B[@]}" GetJob t "$1" | grep -o '"state" s "[A-Z_]*"' | awk '{print $3}' | tr -d '"'; }
-owner() { busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p'; }
 restarts0=$(systemctl show -p NRestarts --value xlurmd)
-owner0=$(owner)
+owner0=$(xlurmd_owner)
 
 check "alice's job prints 12,000 lines of 3,000 bytes"
 prog='l=$(head -c 2990 /dev/zero | tr "\0" x); for i in $(seq 12000); do echo "$i:$l"; done'
-id=$(as_user alice "${B[@]}" Submit 'a{sv}' 3 argv as 3 /bin/bash -c "$prog" cwd s /home/alice \
+id=$(as_user alice "${XB[@]}" Submit 'a{sv}' 3 argv as 3 /bin/bash -c "$prog" cwd s /home/alice \
     name s xlurm-24 | awk '{print $2}')
-wait_for "[ \"\$(state_of $id)\" = COMPLETED ]" 180 0.5
+wait_for "[ \"\$(job_state $id)\" = COMPLETED ]" 180 0.5
 note "job $id COMPLETED"
 
 check "xlurm log reads it back whole while bob's calls keep working"
@@ -45,6 +41,6 @@ assert_eq 0 "$(awk -F: '$1 != NR || length($0) != length(NR) + 2991' "$out" | wc
 
 check "xlurmd kept its name and was not restarted"
 assert_eq active "$(systemctl is-active xlurmd)" "xlurmd active"
-assert_eq "$owner0" "$(owner)" "the same connection owns org.xlurm.Scheduler1"
+assert_eq "$owner0" "$(xlurmd_owner)" "the same connection owns org.xlurm.Scheduler1"
 assert_eq "$restarts0" "$(systemctl show -p NRestarts --value xlurmd)" "no restart"
 assert_ok as_user bob xqueue
