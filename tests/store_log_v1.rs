@@ -324,4 +324,9 @@ fn a_log_written_before_format_versions_loads_whole() {
             "no {state:?} job"
         );
     }
+    // Loading compacted it, under the version record it had not.
+    let version = "{\"format\":\"xlurm-jobs-log\",\"version\":1}\n";
+    let read = |dir: &Path| std::fs::read_to_string(dir.join("jobs.log")).expect("the log");
+    assert!(!read(Path::new(FIXTURE)).starts_with("{\"format\""));
+    assert!(read(dir.path()).starts_with(version));
 }
