@@ -10,6 +10,16 @@
 //! environments of started jobs leave the disk. A line that cannot be read is
 //! never overwritten: the file is kept aside as `jobs.log.corrupt-<time>` and
 //! reported.
+//!
+//! The log's first line names its format and version
+//! (`{"format":"xlurm-jobs-log","version":1}`), written when the log is
+//! created and at each compaction. A log without it (written before there
+//! was one) is version 1 and gets it at its first compaction, at start. A log
+//! of a newer version than this code knows is refused and left as it is
+//! ([`NewerLog`]): it is not damaged, only written by a newer xlurmd. A change
+//! to the record format raises [`LOG_VERSION`] and migrates older records
+//! where they are loaded (`rewrite`), so the log of every earlier version
+//! still loads (`tests/store_log_v1.rs`).
 
 use super::job::{Brief, Ended, Job, Strings};
 use crate::core::JobId;
@@ -51,6 +61,43 @@ pub struct Loaded {
 const LOG: &str = "jobs.log";
 const NEXT: &str = "next-id";
 
+/// The format the log's first line names.
+const LOG_FORMAT: &str = "xlurm-jobs-log";
+/// The version of the log's format this code writes, and the newest it reads.
+pub const LOG_VERSION: u32 = 1;
+
+/// The log's first line: its format and version.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+}
+
+/// The log's first line as this code writes it, with its newline.
+fn header() -> Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(&Header {
+        format: LOG_FORMAT.into(),
+        version: LOG_VERSION,
+    })?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// A log written by a newer xlurmd, in a format version this one does not
+/// know. Refused at start, the file left untouched: not damage, a downgrade.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} is in job log format version {found}, but this xlurmd reads versions up \
+     to {supported}: it was written by a newer xlurmd (left as it is; run that \
+     version again)",
+    path.display()
+)]
+pub struct NewerLog {
+    pub path: PathBuf,
+    pub found: u32,
+    pub supported: u32,
+}
+
 /// Just the ID of a record (the rest is skipped, not built).
 #[derive(serde::Deserialize)]
 struct IdOnly {
@@ -69,6 +116,7 @@ impl Store {
             Ok((current, loaded))
         }) {
             Ok((current, loaded)) => (current, loaded, None),
+            Err(e) if e.is::<NewerLog>() => return Err(e),
             Err(e) => {
                 let aside = dir.join(format!("{LOG}.corrupt-{}", now_secs()));
                 std::fs::rename(&path, &aside)
@@ -218,8 +266,10 @@ impl Store {
         ids.sort_unstable();
         let mut at = HashMap::with_capacity(ids.len());
         let mut out = BufWriter::new(create_private(&tmp)?);
+        let head = header()?;
+        out.write_all(&head)?;
         let mut buf = Vec::new();
-        let mut len = 0u64;
+        let mut len = head.len() as u64;
         for id in ids {
             let (off, n) = self.at[&id];
             read_record(&self.reader, off, n, &mut buf)?;
@@ -285,8 +335,9 @@ struct Rewritten {
 }
 
 /// Copies each job's current record (`current`, found by `scan` in `source`)
-/// into a fresh `jobs.log` in `dir`, building the jobs one at a time: ended
-/// ones are kept in brief only.
+/// into a fresh `jobs.log` in `dir`, after the header, building the jobs one
+/// at a time: ended ones are kept in brief only. (Records of an earlier format
+/// version, once there is one, are to be migrated here.)
 fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> Result<Rewritten> {
     let mut r = Rewritten {
         jobs: BTreeMap::new(),
@@ -296,10 +347,12 @@ fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> 
     };
     let tmp = dir.join(format!(".{LOG}.tmp"));
     let mut out = BufWriter::new(create_private(&tmp)?);
+    let head = header()?;
+    out.write_all(&head)?;
     if !current.is_empty() {
         let old = File::open(source).with_context(|| format!("reading {}", source.display()))?;
         let mut buf = Vec::new();
-        let mut len = 0u64;
+        let mut len = head.len() as u64;
         for (id, (off, n)) in current {
             read_record(&old, *off, *n, &mut buf)?;
             let job: Job =
@@ -326,7 +379,8 @@ fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> 
 /// Where each job's last record is in the log at `path` (offset, length).
 /// Strict: a torn last line (a crash mid-append) is dropped, any other
 /// unreadable line is an error. Lenient (a damaged log): lines that are not
-/// whole job records are skipped.
+/// whole job records are skipped. Either way, a first line naming a newer
+/// format version is a [`NewerLog`] error.
 fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
     let mut current = BTreeMap::new();
     let file = match File::open(path) {
@@ -349,6 +403,12 @@ fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        if n == 1 {
+            if let Ok(h) = serde_json::from_slice::<Header>(&line) {
+                check_header(path, &h, lenient)?;
+                continue;
+            }
+        }
         let torn = line.last() != Some(&b'\n');
         let id = if lenient {
             serde_json::from_slice::<Job>(&line).ok().map(|j| j.id)
@@ -367,6 +427,23 @@ fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
         }
     }
     Ok(current)
+}
+
+/// Whether a log whose first line is `h` can be read (a damaged one, read
+/// `lenient`ly, whatever format it names, unless a newer version).
+fn check_header(path: &Path, h: &Header, lenient: bool) -> Result<()> {
+    if h.format != LOG_FORMAT && !lenient {
+        anyhow::bail!("line 1: format {:?}, not {LOG_FORMAT:?}", h.format);
+    }
+    if h.version > LOG_VERSION {
+        return Err(NewerLog {
+            path: path.to_path_buf(),
+            found: h.version,
+            supported: LOG_VERSION,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Reads the record at `off` (`n` bytes, with its newline) into `buf`.
@@ -531,11 +608,93 @@ mod tests {
         assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![2]);
         assert_eq!(loaded.ended.ids().collect::<Vec<_>>(), vec![1]);
         assert_eq!(s.read(1).unwrap(), done);
-        let lines = std::fs::read_to_string(dir.path().join(LOG))
+        let log = std::fs::read(dir.path().join(LOG)).unwrap();
+        let records = log.strip_prefix(&header().unwrap()[..]).expect("header");
+        let lines = records.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+        assert_eq!(
+            lines.count(),
+            2,
+            "one record per live job after a compaction"
+        );
+    }
+
+    const VERSION_1: &[u8] = b"{\"format\":\"xlurm-jobs-log\",\"version\":1}\n";
+
+    #[test]
+    fn a_new_log_starts_with_its_format_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::open(dir.path()).unwrap();
+        let log = || std::fs::read(dir.path().join(LOG)).unwrap();
+        assert_eq!(log(), VERSION_1, "written on creation");
+        s.save([&job(1, JobState::Pending)]).unwrap();
+        assert!(log().starts_with(VERSION_1));
+        assert_eq!(s.read(1).unwrap().id, 1);
+        drop(s);
+        let (_, loaded) = Store::open(dir.path()).unwrap();
+        assert_eq!(loaded.jobs.len(), 1);
+        assert!(loaded.warning.is_none());
+        assert!(log().starts_with(VERSION_1), "and at each compaction");
+    }
+
+    /// Writes `lines` as the log in `dir`.
+    fn write_log(dir: &Path, lines: &[Vec<u8>]) -> Vec<u8> {
+        let bytes: Vec<u8> = lines
+            .iter()
+            .flat_map(|l| [&l[..], b"\n"].concat())
+            .collect();
+        std::fs::write(dir.join(LOG), &bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_log_without_a_version_is_version_1_and_gets_it_when_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let records: Vec<Vec<u8>> = [job(1, JobState::Pending), job(2, JobState::Completed)]
+            .iter()
+            .map(|j| serde_json::to_vec(j).unwrap())
+            .collect();
+        let old = write_log(dir.path(), &records);
+        let (mut s, loaded) = Store::open(dir.path()).unwrap();
+        assert!(loaded.warning.is_none());
+        assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert!(loaded.ended.contains(2));
+        assert_eq!(s.read(2).unwrap().state, JobState::Completed);
+        let log = std::fs::read(dir.path().join(LOG)).unwrap();
+        assert_eq!(log, [VERSION_1, &old].concat(), "the records, as they were");
+        // And at a compaction while running.
+        for _ in 0..2001 {
+            s.save([&job(1, JobState::Pending)]).unwrap();
+        }
+        assert!(s.maybe_compact().unwrap());
+        let log = std::fs::read(dir.path().join(LOG)).unwrap();
+        assert!(log.starts_with(VERSION_1));
+        assert_eq!(s.read(2).unwrap().state, JobState::Completed);
+    }
+
+    #[test]
+    fn a_log_of_a_newer_version_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let newer = br#"{"format":"xlurm-jobs-log","version":2,"more":"to come"}"#;
+        let record = serde_json::to_vec(&job(1, JobState::Pending)).unwrap();
+        let bytes = write_log(dir.path(), &[newer.to_vec(), record]);
+        let path = dir.path().join(LOG);
+        let Err(e) = Store::open(dir.path()) else {
+            panic!("a newer log was opened");
+        };
+        let msg = format!("{e:#}");
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(
+            msg.contains("version 2") && msg.contains("up to 1"),
+            "{msg}"
+        );
+        let newer = e.downcast_ref::<NewerLog>().expect("a NewerLog");
+        assert_eq!((newer.found, newer.supported), (2, LOG_VERSION));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "byte for byte");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
-            .lines()
-            .count();
-        assert_eq!(lines, 2, "one record per live job after a compaction");
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![LOG], "nothing kept aside or left behind");
     }
 
     #[test]

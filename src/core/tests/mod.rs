@@ -1,0 +1,83 @@
+//! Rule-by-rule tests of the core on fake topologies and device states,
+//! one file per rule family; the shared fakes and helpers live here.
+
+use super::*;
+
+mod budgets;
+mod placement;
+mod policies;
+mod regressions;
+mod validation;
+
+const GIB: u64 = 1 << 30;
+
+fn gpus(vendor: Vendor, n: u32, node_of: impl Fn(u32) -> Option<u32>) -> Vec<Device> {
+    (0..n)
+        .map(|i| Device::new(vendor, i, format!("{vendor}-uuid-{i}"), node_of(i)))
+        .collect()
+}
+
+/// 2 nodes x 4 CPUs x 8 GiB, GPUs 0,1 on node 0 and 2,3 on node 1.
+fn two_nodes() -> Machine {
+    Machine::new(
+        Topology::uniform(2, 4, 8 * GIB),
+        gpus(Vendor::Nv, 4, |i| Some(i / 2)),
+    )
+}
+
+/// 8 nodes x 32 CPUs x 256 GiB, GPU i on node i.
+fn big() -> Machine {
+    Machine::new(
+        Topology::uniform(8, 32, 256 * GIB),
+        gpus(Vendor::Nv, 8, Some),
+    )
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_running: 32,
+        max_lifetime_secs: 3600,
+        min_job_mem: 64 << 20,
+    }
+}
+
+fn req(cpus: u32, gpus: u32) -> Request {
+    Request {
+        cpus,
+        mem_bytes: Some(GIB),
+        devices: DeviceRequest {
+            count: gpus,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn sched(machine: Machine, policy: Policy) -> Scheduler {
+    Scheduler::new(machine, policy, limits())
+}
+
+fn submit(s: &mut Scheduler, id: JobId, r: Request) {
+    let d = s.validate(&r).expect("valid request");
+    s.enqueue(id, d);
+}
+
+fn started(starts: &[(JobId, Allocation)]) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = starts.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The default memory budget a job of `cpus` CPUs is given on `topo`.
+fn default_budget_on(topo: Topology) -> impl Fn(u32) -> u64 {
+    let s = sched(Machine::new(topo, vec![]), Policy::FifoStrict);
+    move |cpus| {
+        s.validate(&Request {
+            cpus,
+            mem_bytes: None,
+            ..Default::default()
+        })
+        .unwrap()
+        .mem_bytes
+    }
+}
