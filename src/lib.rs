@@ -11,3 +11,4 @@ pub mod daemon;
 pub mod host;
 #[doc(hidden)]
 pub mod testing;
+pub mod wire;

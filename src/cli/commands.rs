@@ -5,7 +5,7 @@ use super::{
     BatchArgs, CancelArgs, Cli, Command, InfoArgs, LogArgs, QueueArgs, ResourceArgs, SubmitArgs,
 };
 use crate::core::request::{format_bytes, parse_bytes, parse_duration_secs};
-use crate::daemon::spec::entry;
+use crate::wire::spec::entry;
 use anyhow::{anyhow, bail, Context, Result};
 use std::time::{Duration, Instant};
 
@@ -150,7 +150,7 @@ fn spec_from(res: &ResourceArgs, mut argv: Vec<String>, script: Option<String>) 
         add(entry("clean_env", true));
     } else {
         let env: Vec<String> = std::env::vars()
-            .filter(|(k, _)| crate::daemon::spec::valid_env_name(k))
+            .filter(|(k, _)| crate::wire::spec::valid_env_name(k))
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         add(entry("env", env));
@@ -502,7 +502,7 @@ impl Outage {
                 }
                 Ok(Some(v))
             }
-            Err(e) if self.answered && crate::daemon::service::transient(&e) => {
+            Err(e) if self.answered && crate::wire::bus::transient(&e) => {
                 let since = *self.since.get_or_insert_with(|| {
                     say!(
                         "[{}] xlurmd is not answering ({e}); waiting for it to come back...",
@@ -1127,22 +1127,18 @@ async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
         .list_jobs_by_file_descriptor(filter)
         .await
         .map_err(|e| explain(e, user))?;
-    let listing = crate::daemon::listing::read_fd(fd.into())?;
+    let listing = crate::wire::queue::read_fd(fd.into())?;
     let jobs = listing.lines()?;
     if a.json {
         emit(&json_text(&jobs)?)?;
         return Ok(0);
     }
-    emit(&queue_table(
-        &jobs,
-        a.all,
-        crate::daemon::service::now_usec(),
-    ))?;
+    emit(&queue_table(&jobs, a.all, crate::wire::time::now_usec()))?;
     Ok(0)
 }
 
 /// The `xqueue` table. `now` is microseconds since the epoch.
-pub fn queue_table(jobs: &[crate::daemon::listing::Line<'_>], all: bool, now: u64) -> String {
+pub fn queue_table(jobs: &[crate::wire::queue::Line<'_>], all: bool, now: u64) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -1615,8 +1611,8 @@ mod tests {
         }
     }
 
-    fn summary(id: u64, state: &str) -> crate::daemon::api::JobSummary {
-        crate::daemon::api::JobSummary {
+    fn summary(id: u64, state: &str) -> crate::wire::queue::JobSummary {
+        crate::wire::queue::JobSummary {
             id,
             name: "a-very-long-job-name-indeed".into(),
             uid: 1001,
@@ -1645,7 +1641,7 @@ mod tests {
         let jobs = [summary(1, "PENDING"), summary(2, "FAILED")];
         let jobs: Vec<_> = jobs
             .iter()
-            .map(crate::daemon::api::JobSummary::line)
+            .map(crate::wire::queue::JobSummary::line)
             .collect();
         let table = queue_table(&jobs, true, 3_661_000_000 + 1_000_000);
         let want = concat!(

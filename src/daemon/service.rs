@@ -3,7 +3,6 @@
 //! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
 //! take the caller's uid as an argument so they can be tested without a bus.
 
-use super::error::{ApiError, ApiResult};
 use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
 use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
@@ -11,6 +10,9 @@ use super::store::{Loaded, Store};
 use super::systemd::Systemd;
 use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
+use crate::wire::bus::transient;
+use crate::wire::error::{ApiError, ApiResult};
+use crate::wire::time::now_usec;
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,13 +20,6 @@ use tokio::sync::{Mutex, Notify};
 
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;
-
-pub fn now_usec() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
 
 /// Settings that do not change while the daemon runs.
 #[derive(Debug, Clone)]
@@ -1399,34 +1394,6 @@ impl Daemon {
 /// A job's visibility variables and its `DeviceAllow` entries.
 pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
 
-/// Whether a D-Bus error means systemd (or the bus) was briefly away, not that
-/// it refused the request.
-pub fn transient(e: &zbus::Error) -> bool {
-    match e {
-        zbus::Error::MethodError(name, _, _) => matches!(
-            name.as_str(),
-            "org.freedesktop.DBus.Error.NoReply"
-                | "org.freedesktop.DBus.Error.Disconnected"
-                | "org.freedesktop.DBus.Error.ServiceUnknown"
-                | "org.freedesktop.DBus.Error.NameHasNoOwner"
-                | "org.freedesktop.DBus.Error.Timeout"
-                | "org.freedesktop.DBus.Error.TimedOut"
-        ),
-        // zbus turns the bus's own errors into fdo::Error.
-        zbus::Error::FDO(f) => matches!(
-            **f,
-            zbus::fdo::Error::NoReply(_)
-                | zbus::fdo::Error::Disconnected(_)
-                | zbus::fdo::Error::ServiceUnknown(_)
-                | zbus::fdo::Error::NameHasNoOwner(_)
-                | zbus::fdo::Error::Timeout(_)
-                | zbus::fdo::Error::TimedOut(_)
-        ),
-        zbus::Error::InputOutput(_) => true,
-        _ => false,
-    }
-}
-
 /// The visibility variables and `DeviceAllow` entries of a job holding
 /// `devices`, from the devices the backends discovered.
 pub fn device_setup(
@@ -1468,7 +1435,7 @@ fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{transient, Recent};
+    use super::Recent;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -1484,19 +1451,5 @@ mod tests {
         r.put(1002, "bob", t0 + Duration::from_secs(2));
         assert_eq!(r.kept.len(), 1);
         assert_eq!(r.get(1002, t0 + Duration::from_secs(2)), Some("bob"));
-    }
-
-    #[test]
-    fn systemd_going_away_is_transient_and_refusals_are_not() {
-        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
-            "recipient disconnected".into(),
-        )));
-        assert!(transient(&no_reply));
-        let gone = zbus::Error::FDO(Box::new(zbus::fdo::Error::ServiceUnknown("x".into())));
-        assert!(transient(&gone));
-        let refused = zbus::Error::FDO(Box::new(zbus::fdo::Error::InvalidArgs(
-            "bad property".into(),
-        )));
-        assert!(!transient(&refused));
     }
 }
