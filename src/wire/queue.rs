@@ -1,6 +1,6 @@
 //! One line of the queue as it crosses the bus, and its hand codec.
 //!
-//! The fields are listed once, in [`queue_line!`]'s call below; from that list
+//! The fields are listed once, in the `queue_line!` call below; from that list
 //! come [`JobSummary`] (owned: the D-Bus struct `ListJobs` returns), [`Line`]
 //! (borrowed: what the daemon encodes from its records and the client decodes
 //! from `ListJobsByFileDescriptor`'s bytes), the conversions between them, and
