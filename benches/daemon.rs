@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use xlurm::cli::client::{Dict, SchedulerProxy};
 use xlurm::core::{Limits, Machine, Policy, Topology};
 use xlurm::daemon::run::{serve, ServeConfig};
-use xlurm::daemon::spec::entry;
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+use xlurm::wire::spec::entry;
 
 fn spec() -> Dict {
     HashMap::from([
@@ -87,7 +87,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
 /// `xqueue` reads them.
 async fn list_all(c: &SchedulerProxy<'_>, filter: Dict) -> Vec<u64> {
     let fd = c.list_jobs_by_file_descriptor(filter).await.unwrap();
-    let listing = xlurm::daemon::listing::read_fd(fd.into()).unwrap();
+    let listing = xlurm::wire::queue::read_fd(fd.into()).unwrap();
     let lines = listing.lines().unwrap();
     lines.iter().map(|l| l.id).collect()
 }

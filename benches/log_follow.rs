@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use xlurm::cli::client::SchedulerProxy;
 use xlurm::core::{Limits, Machine, Policy, Topology};
 use xlurm::daemon::run::{serve, ServeConfig};
-use xlurm::daemon::spec::entry;
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+use xlurm::wire::spec::entry;
 
 /// The journal double: prints the entries after `--after-cursor=N` (all
 /// without one), whatever else it is asked.

@@ -12,3 +12,4 @@ pub mod host;
 #[doc(hidden)]
 pub mod testing;
 pub mod unit_name;
+pub mod wire;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use xlurm::cli::client::{get, get_str, Dict, SchedulerProxy};
 use xlurm::core::{Limits, Machine, Policy, Topology};
 use xlurm::daemon::run::{serve, ServeConfig, Served};
-use xlurm::daemon::spec::entry;
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+use xlurm::wire::spec::entry;
 
 struct Env {
     bus: PrivateBus,
@@ -258,11 +258,11 @@ async fn bad_input_gets_named_errors_and_queues_nothing() {
     assert!(!more);
     assert_eq!(older, listed[..2]);
     let fd = c.list_jobs_by_file_descriptor(all).await.unwrap();
-    let listing = xlurm::daemon::listing::read_fd(fd.into()).unwrap();
+    let listing = xlurm::wire::queue::read_fd(fd.into()).unwrap();
     let lines = listing.lines().unwrap();
     let lines: Vec<_> = lines
         .into_iter()
-        .map(xlurm::daemon::api::JobSummary::from)
+        .map(xlurm::wire::queue::JobSummary::from)
         .collect();
     assert_eq!(lines, listed);
     let bad = HashMap::from([entry("before", 3u32)]);
@@ -676,7 +676,7 @@ fn the_readme_documents_every_property_signal_and_error() {
         .split(',')
         .map(|n| format!("org.xlurm.Scheduler1.Error.{}", n.trim()))
         .collect();
-    use xlurm::daemon::error::ApiError as E;
+    use xlurm::wire::error::ApiError as E;
     use zbus::DBusError;
     let all = [
         E::InvalidArgs(String::new()),
@@ -1367,7 +1367,7 @@ async fn ended_jobs_kept_in_brief_still_answer_every_call() {
     let c = client(&e).await;
     let (id, _) = c.submit(spec(&["/bin/sh", "-c", "exit 3"])).await.unwrap();
     let before = wait_state(&c, id, "FAILED").await;
-    let listed = |(jobs, _): (Vec<xlurm::daemon::api::JobSummary>, bool)| {
+    let listed = |(jobs, _): (Vec<xlurm::wire::queue::JobSummary>, bool)| {
         jobs.into_iter().find(|j| j.id == id).expect("listed")
     };
     let filter = HashMap::from([entry("all_users", true), entry("finished", true)]);

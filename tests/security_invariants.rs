@@ -151,7 +151,7 @@ pub fn check(map: &HashMap<String, OwnedVariant>) -> Verdict {
     // Nothing outside the known keys was accepted.
     for k in map.keys() {
         assert!(
-            spec::KEYS.iter().any(|(name, _)| name == k),
+            xlurm::wire::spec::KEYS.iter().any(|(name, _)| name == k),
             "unknown key {k:?} accepted"
         );
     }
@@ -213,7 +213,7 @@ fn check_spec(s: &Spec) {
         assert!(env.iter().map(|e| e.len() + 1).sum::<usize>() <= spec::MAX_ENV_BYTES);
         for kv in env {
             let (name, _) = kv.split_once('=').expect("NAME=VALUE");
-            assert!(spec::valid_env_name(name), "env name {name:?}");
+            assert!(xlurm::wire::spec::valid_env_name(name), "env name {name:?}");
             assert!(!kv.contains('\0'));
         }
     }
@@ -286,7 +286,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
     for kv in &env {
         let (name, _) = kv.split_once('=').expect("NAME=VALUE");
         assert!(
-            spec::valid_env_name(name),
+            xlurm::wire::spec::valid_env_name(name),
             "systemd refuses Environment {kv:?}"
         );
     }

@@ -14,7 +14,8 @@ mod invariants;
 
 use invariants::{check, to_map, Verdict, HOSTILE_KEYS, V};
 use proptest::prelude::*;
-use xlurm::daemon::spec::{self, KEYS};
+use xlurm::daemon::spec;
+use xlurm::wire::spec::KEYS;
 
 /// Strings a caller might send: paths, env entries, junk, NUL, long ones.
 fn text() -> impl Strategy<Value = String> {

@@ -16,7 +16,7 @@ pub trait Scheduler {
     fn submit_many(&self, specs: Vec<Dict>) -> zbus::Result<Vec<u64>>;
     fn cancel(&self, id: u64) -> zbus::Result<String>;
     fn get_job(&self, id: u64) -> zbus::Result<Dict>;
-    fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::daemon::api::JobSummary>, bool)>;
+    fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::wire::queue::JobSummary>, bool)>;
     fn list_jobs_by_file_descriptor(&self, filter: Dict) -> zbus::Result<zbus::OwnedFd>;
     fn get_machine(&self) -> zbus::Result<Dict>;
     fn read_log(
@@ -70,7 +70,7 @@ pub fn explain(e: zbus::Error, user: bool) -> anyhow::Error {
                     "xlurmd is too old for this client ({text}): upgrade xlurm and restart xlurmd"
                 )
             }
-            n if n.starts_with("org.xlurm.Scheduler1.Error.") => {
+            n if n.starts_with(crate::wire::error::PREFIX) => {
                 anyhow!("{text}")
             }
             _ => anyhow!("{name}: {text}"),

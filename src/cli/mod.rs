@@ -1,9 +1,20 @@
 //! The xlurm command line: `xlurm run|batch|queue|cancel|info`, also installed
 //! as `xrun`, `xbatch`, `xqueue`, `xcancel` and `xinfo` (chosen by argv[0]).
 
+pub mod admin;
 pub mod args;
+pub mod batch;
+pub mod cancel;
 pub mod client;
 pub mod commands;
+pub mod follow;
+pub mod format;
+pub mod info;
+pub mod log;
+pub mod queue;
+pub mod run;
+pub mod sbatch;
+pub mod submit;
 pub mod tee;
 
 pub use args::*;

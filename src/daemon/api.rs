@@ -4,12 +4,13 @@
 //! never by anything they send. Admin actions go through polkit with the
 //! caller's unique bus name as subject.
 
-use super::error::{ApiError, ApiResult};
 use super::job::Job;
 use super::listing;
 use super::service::Daemon;
 use super::spec;
 use crate::core::{Policy, Vendor};
+use crate::wire::error::{ApiError, ApiResult};
+use crate::wire::queue::JobSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
 use zbus::message::Header;
@@ -22,8 +23,6 @@ pub const PATH: &str = "/org/xlurm/Scheduler1";
 pub const ACTION_MANAGE: &str = "org.xlurm.scheduler.manage";
 
 pub type Dict = HashMap<String, OwnedVariant>;
-
-pub use super::listing::JobSummary;
 
 pub struct SchedulerApi {
     pub daemon: Arc<Daemon>,
@@ -569,6 +568,3 @@ impl SchedulerApi {
         self.daemon.state.lock().await.sched.limits().max_running
     }
 }
-
-/// Allows `spec::entry` to be used by clients building specs.
-pub use spec::entry as spec_entry;

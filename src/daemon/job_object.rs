@@ -6,10 +6,10 @@
 //! Properties carry the queue summary only (never command, environment or
 //! output), so they are readable by everyone like the queue itself.
 
-use super::error::ApiError;
 use super::job::{Job, JobState};
 use super::service::Daemon;
 use crate::core::JobId;
+use crate::wire::error::ApiError;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

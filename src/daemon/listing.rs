@@ -11,56 +11,19 @@
 //! from the daemon's records and decoded into borrowed [`Line`]s, so listing
 //! 100,000 jobs takes tens of milliseconds, not hundreds.
 
-use super::error::ApiError;
 use super::job::{Brief, Job, JobState};
 use super::service::{Found, State};
 use crate::core::{Demand, JobId};
+use crate::wire::error::ApiError;
+use crate::wire::queue::{JobSummary, Line};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 use zbus::OwnedVariant;
-
-/// One line of the queue: D-Bus struct `(tsusssttttutbsis)`. A fixed struct,
-/// not `a{sv}`, so that listing 100,000 jobs stays cheap; `GetJob` has
-/// everything else. Strings are shared with the daemon's own records.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::wire::Type)]
-#[zvariant(crate = "zbus::wire")]
-pub struct JobSummary {
-    pub id: u64,
-    pub name: Arc<str>,
-    pub uid: u32,
-    pub user: Arc<str>,
-    /// PENDING, RUNNING, COMPLETED, ...
-    pub state: Arc<str>,
-    /// Why a pending job waits; empty otherwise.
-    pub reason: Arc<str>,
-    /// Microseconds since the epoch; 0 = not yet.
-    pub submit_time: u64,
-    pub start_time: u64,
-    pub end_time: u64,
-    /// Seconds.
-    pub time_limit: u64,
-    pub cpus: u32,
-    /// Memory budget in bytes.
-    pub mem: u64,
-    /// Whether CPUs or memory span several NUMA nodes.
-    pub spread: bool,
-    /// Requested devices while pending (`cpu`, `auto:1`, `nv:[0,1]`), allocated ones after.
-    pub devices: Arc<str>,
-    /// The exit code xrun reports; -1 while the job has none.
-    pub exit_code: i32,
-    /// How the job ended, in a line; empty while it runs.
-    pub detail: Arc<str>,
-}
 
 /// The most one `ListJobs` reply carries, in (estimated) bytes on the wire:
 /// a quarter of the system bus's 32 MiB message limit.
 pub const PAGE_BYTES: usize = 8 << 20;
-
-/// Bytes of one line on the wire, its strings aside (fixed fields, string
-/// lengths and terminators, the worst alignment padding).
-const LINE_FIXED_BYTES: usize = 104;
 
 /// The filter keys of `ListJobs`.
 pub const FILTER_KEYS: &str = "all_users, states, limit, finished, before";
@@ -139,75 +102,6 @@ impl Filter {
                 Some(s) => s.contains(&j.state()),
                 None => self.finished || !j.state().is_final(),
             }
-    }
-}
-
-/// One line of the queue, borrowed: from the daemon's records while it
-/// encodes them, or from the bytes a client read. The fields and their order
-/// are [`JobSummary`]'s (and `xqueue --json`'s keys, docs/json.md).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Line<'a> {
-    pub id: u64,
-    pub name: Cow<'a, str>,
-    pub uid: u32,
-    pub user: Cow<'a, str>,
-    pub state: Cow<'a, str>,
-    pub reason: Cow<'a, str>,
-    pub submit_time: u64,
-    pub start_time: u64,
-    pub end_time: u64,
-    pub time_limit: u64,
-    pub cpus: u32,
-    pub mem: u64,
-    pub spread: bool,
-    pub devices: Cow<'a, str>,
-    pub exit_code: i32,
-    pub detail: Cow<'a, str>,
-}
-
-impl From<Line<'_>> for JobSummary {
-    fn from(l: Line<'_>) -> JobSummary {
-        JobSummary {
-            id: l.id,
-            name: l.name.into(),
-            uid: l.uid,
-            user: l.user.into(),
-            state: l.state.into(),
-            reason: l.reason.into(),
-            submit_time: l.submit_time,
-            start_time: l.start_time,
-            end_time: l.end_time,
-            time_limit: l.time_limit,
-            cpus: l.cpus,
-            mem: l.mem,
-            spread: l.spread,
-            devices: l.devices.into(),
-            exit_code: l.exit_code,
-            detail: l.detail.into(),
-        }
-    }
-}
-
-impl JobSummary {
-    pub fn line(&self) -> Line<'_> {
-        Line {
-            id: self.id,
-            name: Cow::Borrowed(&self.name),
-            uid: self.uid,
-            user: Cow::Borrowed(&self.user),
-            state: Cow::Borrowed(&self.state),
-            reason: Cow::Borrowed(&self.reason),
-            submit_time: self.submit_time,
-            start_time: self.start_time,
-            end_time: self.end_time,
-            time_limit: self.time_limit,
-            cpus: self.cpus,
-            mem: self.mem,
-            spread: self.spread,
-            devices: Cow::Borrowed(&self.devices),
-            exit_code: self.exit_code,
-            detail: Cow::Borrowed(&self.detail),
-        }
     }
 }
 
@@ -320,11 +214,7 @@ pub fn collect(st: &State, uid: u32, f: &Filter, max_bytes: usize) -> (Vec<JobSu
     let mut out = Vec::new();
     let (mut bytes, mut more) = (0, false);
     lines(st, newest(st, uid, f), |l| {
-        let size = LINE_FIXED_BYTES
-            + [&l.name, &l.user, &l.state, &l.reason, &l.devices, &l.detail]
-                .iter()
-                .map(|s| s.len())
-                .sum::<usize>();
+        let size = l.wire_bytes();
         if out.len() >= f.limit || (bytes + size > max_bytes && !out.is_empty()) {
             more = true;
             return false;
@@ -361,7 +251,7 @@ pub fn encode(st: &State, uid: u32, f: &Filter, out: &std::fs::File) -> std::io:
         lines(st, jobs, |l| {
             // Pieces end 8-aligned, so alignment within one is alignment in the file.
             piece.resize(piece.len().next_multiple_of(8), 0);
-            wire::line(&mut piece, l);
+            l.write(&mut piece);
             if piece.len() >= PIECE {
                 let end = piece.len().next_multiple_of(8);
                 piece.resize(end, 0);
@@ -383,149 +273,6 @@ pub fn encode(st: &State, uid: u32, f: &Filter, out: &std::fs::File) -> std::io:
     w.write_all(&piece)?;
     let len = (written + end - 8) as u32;
     out.write_all_at(&len.to_le_bytes(), 0)
-}
-
-/// Encoding of `a(tsusssttttutbsis)` by hand: zvariant's generic path costs
-/// about 0.4 µs a line each way, most of listing 100,000 jobs. The tests
-/// compare both encoders byte for byte and decode each other's output.
-mod wire {
-    use super::Line;
-    use std::borrow::Cow;
-
-    fn pad(b: &mut Vec<u8>, align: usize) {
-        b.resize(b.len().next_multiple_of(align), 0);
-    }
-    fn u32(b: &mut Vec<u8>, v: u32) {
-        pad(b, 4);
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(b: &mut Vec<u8>, v: u64) {
-        pad(b, 8);
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(b: &mut Vec<u8>, s: &str) {
-        u32(b, s.len() as u32);
-        b.extend_from_slice(s.as_bytes());
-        b.push(0);
-    }
-
-    /// `lines` as a whole array.
-    #[cfg(test)]
-    pub fn encode(lines: &[Line<'_>]) -> Vec<u8> {
-        let mut b = vec![0; 8];
-        for l in lines {
-            pad(&mut b, 8);
-            line(&mut b, l);
-        }
-        let len = (b.len() - 8) as u32;
-        b[..4].copy_from_slice(&len.to_le_bytes());
-        b
-    }
-
-    /// One struct, at an 8-aligned offset of `b`.
-    pub fn line(b: &mut Vec<u8>, l: &Line<'_>) {
-        {
-            let b = &mut *b;
-            u64(b, l.id);
-            str(b, &l.name);
-            u32(b, l.uid);
-            str(b, &l.user);
-            str(b, &l.state);
-            str(b, &l.reason);
-            u64(b, l.submit_time);
-            u64(b, l.start_time);
-            u64(b, l.end_time);
-            u64(b, l.time_limit);
-            u32(b, l.cpus);
-            u64(b, l.mem);
-            u32(b, u32::from(l.spread));
-            str(b, &l.devices);
-            u32(b, l.exit_code as u32);
-            str(b, &l.detail);
-        }
-    }
-
-    struct Reader<'a> {
-        b: &'a [u8],
-        at: usize,
-    }
-
-    impl<'a> Reader<'a> {
-        fn take(&mut self, align: usize, n: usize) -> anyhow::Result<&'a [u8]> {
-            let start = self.at.next_multiple_of(align);
-            let end = start.checked_add(n).filter(|e| *e <= self.b.len());
-            let end =
-                end.ok_or_else(|| anyhow::anyhow!("the job list is cut short at byte {start}"))?;
-            self.at = end;
-            Ok(&self.b[start..end])
-        }
-        fn u32(&mut self) -> anyhow::Result<u32> {
-            let s = self.take(4, 4)?;
-            Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-        }
-        fn u64(&mut self) -> anyhow::Result<u64> {
-            let s = self.take(8, 8)?;
-            let mut a = [0u8; 8];
-            a.copy_from_slice(s);
-            Ok(u64::from_le_bytes(a))
-        }
-        fn bool(&mut self) -> anyhow::Result<bool> {
-            match self.u32()? {
-                0 => Ok(false),
-                1 => Ok(true),
-                v => anyhow::bail!("the job list has a boolean {v} at byte {}", self.at - 4),
-            }
-        }
-        fn str(&mut self) -> anyhow::Result<Cow<'a, str>> {
-            let n = self.u32()? as usize;
-            let at = self.at;
-            let s = self.take(1, n.saturating_add(1))?;
-            anyhow::ensure!(
-                s[n] == 0,
-                "the job list has an unterminated string at byte {at}"
-            );
-            let s = std::str::from_utf8(&s[..n]).map_err(|_| {
-                anyhow::anyhow!("the job list has a string that is not UTF-8 at byte {at}")
-            })?;
-            Ok(Cow::Borrowed(s))
-        }
-    }
-
-    pub fn decode(b: &[u8]) -> anyhow::Result<Vec<Line<'_>>> {
-        let mut r = Reader { b, at: 0 };
-        let len = r.u32()? as usize;
-        r.at = 8;
-        let end = 8usize.saturating_add(len);
-        anyhow::ensure!(
-            end <= b.len(),
-            "the job list is cut short: {len} bytes announced, {} there",
-            b.len().saturating_sub(8)
-        );
-        r.b = &b[..end];
-        let mut out = Vec::with_capacity(len / 64);
-        while r.at < end {
-            r.at = r.at.next_multiple_of(8);
-            out.push(Line {
-                id: r.u64()?,
-                name: r.str()?,
-                uid: r.u32()?,
-                user: r.str()?,
-                state: r.str()?,
-                reason: r.str()?,
-                submit_time: r.u64()?,
-                start_time: r.u64()?,
-                end_time: r.u64()?,
-                time_limit: r.u64()?,
-                cpus: r.u32()?,
-                mem: r.u64()?,
-                spread: r.bool()?,
-                devices: r.str()?,
-                exit_code: r.u32()? as i32,
-                detail: r.str()?,
-            });
-        }
-        Ok(out)
-    }
 }
 
 /// A sealed memfd holding what `write` writes, to be read from offset 0.
@@ -552,36 +299,12 @@ pub fn to_memfd(
     Ok(file.into())
 }
 
-/// A job list as read from `ListJobsByFileDescriptor`'s descriptor.
-pub struct Listing(Vec<u8>);
-
-impl Listing {
-    /// Its lines, borrowed from it, oldest first.
-    pub fn lines(&self) -> anyhow::Result<Vec<Line<'_>>> {
-        wire::decode(&self.0)
-    }
-}
-
-/// Reads the descriptor `ListJobsByFileDescriptor` returned.
-pub fn read_fd(fd: OwnedFd) -> anyhow::Result<Listing> {
-    use anyhow::Context as _;
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::File::from(fd);
-    let len = file
-        .metadata()
-        .context("reading the job list's size")?
-        .len() as usize;
-    let mut bytes = vec![0u8; len];
-    file.read_exact_at(&mut bytes, 0)
-        .context("reading the job list")?;
-    Ok(Listing(bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::{Limits, Machine, Policy, Scheduler, Topology};
     use crate::daemon::store::Store;
+    use crate::wire::queue::{read_fd, LINE_FIXED_BYTES};
 
     /// A state holding `n` ended jobs in brief: odd IDs alice's, even bob's.
     fn state(dir: &std::path::Path, n: u64) -> State {
@@ -740,96 +463,6 @@ mod tests {
             f.write_all(b"x").is_err(),
             "a reader cannot change the list"
         );
-    }
-
-    fn sample(id: u64, text: &str) -> JobSummary {
-        JobSummary {
-            id,
-            name: text.into(),
-            uid: 1001,
-            user: "alice".into(),
-            state: "PENDING".into(),
-            reason: format!("{text}{text}").into(),
-            submit_time: u64::MAX - id,
-            start_time: 0,
-            end_time: 1,
-            time_limit: 60,
-            cpus: 3,
-            mem: 1 << 40,
-            spread: id.is_multiple_of(2),
-            devices: "nv:[0,1]".into(),
-            exit_code: -1 - id as i32,
-            detail: text.chars().rev().collect::<String>().into(),
-        }
-    }
-
-    #[test]
-    fn the_hand_encoding_is_zvariants_byte_for_byte() {
-        use zbus::wire::serialized::{Context, Data};
-        let ctx = Context::new(zbus::wire::LE, 0);
-        let texts = [
-            "",
-            "a",
-            "ab",
-            "abc",
-            "abcd",
-            "héllo wörld",
-            "x y z 12345 67",
-        ];
-        for n in [0, 1, 2, 7] {
-            let jobs: Vec<JobSummary> = (0..n)
-                .map(|i| sample(i as u64, texts[i % texts.len()]))
-                .collect();
-            let lines: Vec<Line<'_>> = jobs.iter().map(JobSummary::line).collect();
-            let ours = wire::encode(&lines);
-            let theirs = zbus::wire::to_bytes(ctx, &jobs).unwrap();
-            assert_eq!(ours, theirs.to_vec(), "{n} lines");
-            let back: Vec<JobSummary> = wire::decode(&ours)
-                .unwrap()
-                .into_iter()
-                .map(JobSummary::from)
-                .collect();
-            assert_eq!(back, jobs);
-            let (theirs_back, _): (Vec<JobSummary>, _) =
-                Data::new(&ours[..], ctx).deserialize().unwrap();
-            assert_eq!(theirs_back, jobs);
-        }
-    }
-
-    #[test]
-    fn damaged_lists_are_refused_not_misread() {
-        let jobs = [sample(1, "abc"), sample(2, "de")];
-        let lines: Vec<Line<'_>> = jobs.iter().map(JobSummary::line).collect();
-        let good = wire::encode(&lines);
-        for cut in [0, 3, 8, 20, good.len() - 1] {
-            assert!(wire::decode(&good[..cut]).is_err(), "cut at {cut}");
-        }
-        let mut bad_bool = good.clone();
-        // The first line's `spread` (false) sits after 12 fields; find it by re-encoding.
-        let spread_at = {
-            let mut probe = sample(1, "abc");
-            probe.spread = true;
-            let p = wire::encode(&[probe.line(), jobs[1].line()]);
-            good.iter().zip(&p).position(|(a, b)| a != b).unwrap()
-        };
-        bad_bool[spread_at] = 7;
-        assert!(wire::decode(&bad_bool)
-            .unwrap_err()
-            .to_string()
-            .contains("boolean 7"));
-        let mut bad_utf8 = good.clone();
-        let name_at = 8 + 8 + 4;
-        bad_utf8[name_at] = 0xff;
-        assert!(wire::decode(&bad_utf8)
-            .unwrap_err()
-            .to_string()
-            .contains("not UTF-8"));
-        let mut unterminated = good;
-        unterminated[name_at + 3] = b'!';
-        assert!(wire::decode(&unterminated)
-            .unwrap_err()
-            .to_string()
-            .contains("unterminated"));
     }
 
     #[test]

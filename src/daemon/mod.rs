@@ -1,7 +1,6 @@
 //! xlurmd: the D-Bus service that runs every job as a transient systemd unit.
 
 pub mod api;
-pub mod error;
 pub mod job;
 pub mod job_object;
 pub mod journal;

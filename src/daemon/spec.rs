@@ -2,8 +2,9 @@
 //! a message naming the key and what is valid; nothing is half-accepted.
 
 use crate::core::{DeviceRequest, Request, Vendor};
+use crate::wire::spec::{valid_env_name, KEYS};
 use std::collections::HashMap;
-use zbus::{OwnedVariant, Variant};
+use zbus::OwnedVariant;
 
 /// Bounds on what one submission may carry.
 pub const MAX_ARGV_BYTES: usize = 1 << 20;
@@ -29,38 +30,12 @@ pub struct Spec {
     pub request: Request,
 }
 
-/// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 15] = [
-    ("argv", "as"),
-    ("script", "s"),
-    ("cwd", "s"),
-    ("env", "as"),
-    ("name", "s"),
-    ("cpus", "u"),
-    ("mem", "t"),
-    ("gpus", "u"),
-    ("vendor", "s"),
-    ("device_ids", "au"),
-    ("exclude_device_ids", "au"),
-    ("exclusive", "b"),
-    ("numa_local", "b"),
-    ("time_limit", "t"),
-    ("clean_env", "b"),
-];
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SpecError(pub String);
 
 fn err<T>(msg: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError(msg.into()))
-}
-
-/// Whether systemd accepts `name` as an environment variable name.
-pub fn valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 struct Reader<'a> {
@@ -282,18 +257,11 @@ fn derive_name(argv: &[String], batch: bool) -> String {
     }
 }
 
-/// Builds a spec map from typed values (for clients and tests).
-pub fn entry<'a, V: Into<Variant<'a>>>(key: &str, v: V) -> (String, OwnedVariant) {
-    let v: Variant<'a> = v.into();
-    (
-        key.to_string(),
-        OwnedVariant::try_from(v).unwrap_or_else(|_| OwnedVariant::from(0u8)),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::spec::entry;
+    use zbus::Variant;
 
     fn base() -> HashMap<String, OwnedVariant> {
         HashMap::from([

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::core::{Limits, Machine, Policy, Topology};
-use crate::daemon::spec::entry;
 use crate::testing::memory_units::{MemoryUnits, CPU_NSEC};
+use crate::wire::spec::entry;
 use std::time::Duration;
 
 type Changes = tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>;

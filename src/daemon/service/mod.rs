@@ -3,7 +3,6 @@
 //! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
 //! take the caller's uid as an argument so they can be tested without a bus.
 
-use super::error::{ApiError, ApiResult};
 use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
 use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
@@ -11,6 +10,9 @@ use super::store::{Loaded, Store};
 use super::systemd::{Systemd, Units};
 use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
+use crate::wire::bus::transient;
+use crate::wire::error::{ApiError, ApiResult};
+use crate::wire::time::now_usec;
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -35,13 +37,6 @@ pub use submit::{device_setup, DeviceSetup, Submitted};
 
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;
-
-pub fn now_usec() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
 
 /// Settings that do not change while the daemon runs.
 #[derive(Debug, Clone)]
@@ -130,53 +125,6 @@ impl<U: Units> Daemon<U> {
 
     pub(super) fn changed(&self, id: JobId, state: JobState) {
         let _ = self.changes.send((id, Change::State(state)));
-    }
-}
-
-/// Whether a D-Bus error means systemd (or the bus) was briefly away, not that
-/// it refused the request.
-pub fn transient(e: &zbus::Error) -> bool {
-    match e {
-        zbus::Error::MethodError(name, _, _) => matches!(
-            name.as_str(),
-            "org.freedesktop.DBus.Error.NoReply"
-                | "org.freedesktop.DBus.Error.Disconnected"
-                | "org.freedesktop.DBus.Error.ServiceUnknown"
-                | "org.freedesktop.DBus.Error.NameHasNoOwner"
-                | "org.freedesktop.DBus.Error.Timeout"
-                | "org.freedesktop.DBus.Error.TimedOut"
-        ),
-        // zbus turns the bus's own errors into fdo::Error.
-        zbus::Error::FDO(f) => matches!(
-            **f,
-            zbus::fdo::Error::NoReply(_)
-                | zbus::fdo::Error::Disconnected(_)
-                | zbus::fdo::Error::ServiceUnknown(_)
-                | zbus::fdo::Error::NameHasNoOwner(_)
-                | zbus::fdo::Error::Timeout(_)
-                | zbus::fdo::Error::TimedOut(_)
-        ),
-        zbus::Error::InputOutput(_) => true,
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::transient;
-
-    #[test]
-    fn systemd_going_away_is_transient_and_refusals_are_not() {
-        let no_reply = zbus::Error::FDO(Box::new(zbus::fdo::Error::NoReply(
-            "recipient disconnected".into(),
-        )));
-        assert!(transient(&no_reply));
-        let gone = zbus::Error::FDO(Box::new(zbus::fdo::Error::ServiceUnknown("x".into())));
-        assert!(transient(&gone));
-        let refused = zbus::Error::FDO(Box::new(zbus::fdo::Error::InvalidArgs(
-            "bad property".into(),
-        )));
-        assert!(!transient(&refused));
     }
 }
 

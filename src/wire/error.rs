@@ -1,4 +1,8 @@
-//! The D-Bus errors of org.xlurm.Scheduler1, one conversion for every method.
+//! The D-Bus errors of org.xlurm.Scheduler1, one conversion for every method
+//! of the daemon; the CLI knows them by [`PREFIX`].
+
+/// What the name of every error below starts with.
+pub const PREFIX: &str = "org.xlurm.Scheduler1.Error.";
 
 #[derive(Debug, zbus::DBusError)]
 #[zbus(prefix = "org.xlurm.Scheduler1.Error")]
@@ -26,5 +30,17 @@ pub type ApiResult<T> = Result<T, ApiError>;
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
         ApiError::Failed(format!("{e:#}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zbus::DBusError;
+
+    #[test]
+    fn every_error_name_starts_with_the_prefix() {
+        let e = ApiError::NoSuchJob(String::new());
+        assert_eq!(e.name().as_str(), format!("{PREFIX}NoSuchJob"));
     }
 }

@@ -1,0 +1,49 @@
+//! `xbatch`: submits a batch script (or `--wrap`), its `#SBATCH` lines read.
+
+use super::client::{connect, get};
+use super::sbatch::apply_sbatch;
+use super::submit::{output_of, spec_from, submit_with_output};
+use super::BatchArgs;
+use crate::core::request::format_bytes;
+use anyhow::{bail, Context, Result};
+
+pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
+    let (script, args, file_name) = match (&a.wrap, a.script.split_first()) {
+        (Some(w), None) => (format!("#!/bin/bash\n{w}\n"), Vec::new(), None),
+        (Some(_), Some(_)) => bail!("give either --wrap 'COMMAND' or a script, not both"),
+        (None, Some((path, rest))) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read batch script {path}"))?;
+            let name = std::path::Path::new(path)
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string());
+            (text, rest.to_vec(), name)
+        }
+        (None, None) => bail!("give a batch script (xbatch job.sh) or --wrap 'COMMAND'"),
+    };
+    let source = a.script.first().map_or("--wrap", String::as_str);
+    for w in apply_sbatch(&script, &mut a.res).with_context(|| source.to_string())? {
+        eprintln!("xbatch: warning: {w}");
+    }
+    // -n, then #SBATCH --job-name, then the script's file name.
+    if a.res.name.is_none() {
+        a.res.name = Some(file_name.unwrap_or_else(|| "wrap".into()));
+    }
+    let p = connect(user).await?;
+    let spec = spec_from(&a.res, args, Some(script))?;
+    let output = output_of(&a.res)?;
+    let (id, info) = submit_with_output(&p, spec, output, user).await?;
+    let mem = get::<u64>(&info, "mem")
+        .map(format_bytes)
+        .unwrap_or_default();
+    println!("Submitted batch job {id}");
+    eprintln!(
+        "memory budget {mem}{}",
+        if get::<bool>(&info, "mem_default").unwrap_or(false) {
+            " (default)"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}

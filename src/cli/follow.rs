@@ -1,0 +1,197 @@
+//! Following a job from the CLI: the signals that stop xrun, waiting for a
+//! state change, riding out xlurmd going away for a moment, and streaming a
+//! job's output page by page (xrun and `xlurm log`).
+
+use super::client::{explain, JobStateChangedStream, SchedulerProxy};
+use super::format::local_time;
+use crate::wire::bus::transient;
+use anyhow::Result;
+use std::time::{Duration, Instant};
+
+/// `eprintln!` that cannot panic: xrun ignores SIGPIPE, and its stderr may
+/// be a pipe whose reader is gone (`xrun ... 2>&1 | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+pub(super) use say;
+
+pub(super) fn stamp() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Whether standard output's reader went away: a pipe whose other end is
+/// closed polls as an error.
+pub(super) fn stdout_closed() -> bool {
+    let mut fds = [nix::libc::pollfd {
+        fd: 1,
+        events: nix::libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd, and no waiting.
+    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), 1, 0) };
+    n > 0 && fds[0].revents & nix::libc::POLLERR != 0
+}
+
+/// The signals that make xrun cancel its job: SIGINT, SIGTERM, SIGHUP.
+pub(super) struct Stops {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    pub(super) fn new() -> std::io::Result<Stops> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Stops {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Returns when any of them arrives.
+    pub(super) async fn next(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.hup.recv() => {}
+        }
+    }
+}
+
+/// Returns when job `id` changes state (or the signal stream ends).
+pub(super) async fn wait_for_change(changes: &mut JobStateChangedStream, id: u64) {
+    use futures_util::StreamExt;
+    while let Some(sig) = changes.next().await {
+        if sig.args().is_ok_and(|a| a.id == id) {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// How long xrun and `xlurm log` wait for xlurmd to answer again (a restart
+/// or an upgrade takes seconds) before giving up.
+const OUTAGE_MAX: Duration = Duration::from_secs(120);
+
+/// Rides out xlurmd going away for a moment: a call in flight when it stops
+/// gets NoReply, and one made while it is gone may fail before bus
+/// activation starts it again. Jobs are systemd's and keep running. Only
+/// once xlurmd has answered: a first call that fails says so at once
+/// ("xlurmd is not running: ...").
+#[derive(Default)]
+pub(super) struct Outage {
+    pub(super) answered: bool,
+    pub(super) since: Option<Instant>,
+}
+
+impl Outage {
+    /// The call's answer; `None` when xlurmd is away and the caller should
+    /// try again shortly; an error when the call failed for good, or xlurmd
+    /// stayed away longer than `OUTAGE_MAX`.
+    pub(super) fn check<T>(&mut self, answer: zbus::Result<T>, user: bool) -> Result<Option<T>> {
+        match answer {
+            Ok(v) => {
+                self.answered = true;
+                if self.since.take().is_some() {
+                    say!("[{}] xlurmd answers again", stamp());
+                }
+                Ok(Some(v))
+            }
+            Err(e) if self.answered && transient(&e) => {
+                let since = *self.since.get_or_insert_with(|| {
+                    say!(
+                        "[{}] xlurmd is not answering ({e}); waiting for it to come back...",
+                        stamp()
+                    );
+                    Instant::now()
+                });
+                if since.elapsed() > OUTAGE_MAX {
+                    return Err(explain(e, user).context(format!(
+                        "xlurmd did not answer for {} s",
+                        OUTAGE_MAX.as_secs()
+                    )));
+                }
+                Ok(None)
+            }
+            Err(e) => Err(explain(e, user)),
+        }
+    }
+}
+
+/// Streams a job's output to stdout, page by page.
+#[derive(Default)]
+pub(super) struct LogStream {
+    /// Whether xlurmd is away, and since when.
+    pub(super) outage: Outage,
+    cursor: String,
+    /// Whether the "rotated away" warning was printed.
+    warned: bool,
+    /// Whether stdout was closed by its reader (EPIPE; only where SIGPIPE
+    /// is ignored, as in xrun): nothing more is written.
+    pub(super) closed: bool,
+}
+
+impl LogStream {
+    /// Prints what is new; returns the number of lines and the job's state,
+    /// or `None` while xlurmd is away (see `Outage`).
+    pub(super) async fn pump(
+        &mut self,
+        p: &SchedulerProxy<'_>,
+        id: u64,
+        user: bool,
+    ) -> Result<Option<(usize, String)>> {
+        use std::io::Write;
+        let answer = p.read_log(id, &self.cursor, 20_000).await;
+        let Some((lines, cursor, state, missing_before)) = self.outage.check(answer, user)? else {
+            return Ok(None);
+        };
+        if missing_before > 0 && !self.warned {
+            self.warned = true;
+            say!(
+                "xlurm: job {id}'s output from before {} is no longer in the journal: \
+                 journald rotated it away to stay within its size limits \
+                 (admins: journalctl --disk-usage, SystemMaxUse= in journald.conf; \
+                 --output PATH keeps a job's whole output in a file)",
+                local_time(missing_before, true)
+            );
+        }
+        self.cursor = cursor;
+        let mut out = std::io::stdout().lock();
+        let written = lines
+            .iter()
+            .try_for_each(|l| writeln!(out, "{l}"))
+            .and_then(|()| out.flush());
+        if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            self.closed = true;
+        }
+        Ok(Some((lines.len(), state)))
+    }
+
+    /// After the job ended: reads until the journal has nothing more (it may
+    /// still be writing the last lines when the unit ends).
+    pub(super) async fn drain(
+        &mut self,
+        p: &SchedulerProxy<'_>,
+        id: u64,
+        user: bool,
+    ) -> Result<()> {
+        // The job's unit has been harvested by now, and journald has read the
+        // job's stream to its end: read until a page comes back empty.
+        let t0 = Instant::now();
+        while !self.closed
+            && (t0.elapsed() < Duration::from_secs(30) || self.outage.since.is_some())
+        {
+            match self.pump(p, id, user).await? {
+                Some((0, _)) => break,
+                Some(_) => {}
+                None => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        Ok(())
+    }
+}

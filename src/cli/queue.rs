@@ -1,0 +1,246 @@
+//! `xqueue` and `xlurm show`: the queue as a table or JSON, or one job.
+
+use super::client::{connect, explain, get, get_str, Dict};
+use super::format::{dict_to_json, duration, emit, json_text, local_time};
+use super::log::log;
+use super::{LogArgs, QueueArgs};
+use crate::core::request::format_bytes;
+use crate::wire::queue::Line;
+use crate::wire::spec::entry;
+use anyhow::Result;
+
+pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    if let (Some(id), true) = (a.id, a.log) {
+        drop(p);
+        return log(
+            LogArgs {
+                id,
+                follow: a.follow,
+            },
+            user,
+        )
+        .await;
+    }
+    if let Some(id) = a.id {
+        let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
+        if a.json {
+            emit(&json_text(&dict_to_json(&job))?)?;
+            return Ok(0);
+        }
+        emit(&job_text(&job))?;
+        return Ok(0);
+    }
+    let mut filter = Dict::new();
+    let (k, v) = entry("all_users", !a.mine);
+    filter.insert(k, v);
+    let (k, v) = entry("finished", a.all);
+    filter.insert(k, v);
+    match a.limit.unwrap_or(if a.all { 1000 } else { 100 }) {
+        0 => {}
+        n => {
+            let (k, v) = entry("limit", n);
+            filter.insert(k, v);
+        }
+    }
+    // By descriptor: any number of jobs, and far faster than a D-Bus array.
+    let fd = p
+        .list_jobs_by_file_descriptor(filter)
+        .await
+        .map_err(|e| explain(e, user))?;
+    let listing = crate::wire::queue::read_fd(fd.into())?;
+    let jobs = listing.lines()?;
+    if a.json {
+        emit(&json_text(&jobs)?)?;
+        return Ok(0);
+    }
+    emit(&queue_table(&jobs, a.all, crate::wire::time::now_usec()))?;
+    Ok(0)
+}
+
+/// The `xqueue` table. `now` is microseconds since the epoch.
+pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+        "ID",
+        "USER",
+        "NAME",
+        "STATE",
+        "DEVICES",
+        "CPUS",
+        "MEM",
+        "START",
+        "TIME",
+        if all { "EXIT/REASON" } else { "REASON" }
+    );
+    for j in jobs {
+        let time = match &*j.state {
+            "PENDING" => now.saturating_sub(j.submit_time),
+            "RUNNING" => now.saturating_sub(j.start_time),
+            _ if j.start_time > 0 => j.end_time.saturating_sub(j.start_time),
+            _ => 0,
+        } / 1_000_000;
+        let mem = format!("{}{}", format_bytes(j.mem), if j.spread { "+" } else { "" });
+        let last = match &*j.state {
+            "PENDING" => j.reason.to_string(),
+            "RUNNING" => String::new(),
+            _ if j.exit_code >= 0 => j.exit_code.to_string(),
+            _ => String::new(),
+        };
+        let name: String = j.name.chars().take(16).collect();
+        let _ = writeln!(
+            out,
+            "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+            j.id,
+            j.user,
+            name,
+            j.state,
+            j.devices,
+            j.cpus,
+            mem,
+            local_time(j.start_time, all),
+            duration(time),
+            last
+        );
+    }
+    out
+}
+
+/// `xqueue ID`'s text: one "Key: value" line per known field.
+fn job_text(job: &Dict) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let id = get::<u64>(job, "id").unwrap_or(0);
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:>14}: {v}");
+    };
+    line("Job", id.to_string());
+    line("Name", get_str(job, "name"));
+    line("User", get_str(job, "user"));
+    line("State", get_str(job, "state"));
+    let reason = get_str(job, "reason");
+    if !reason.is_empty() {
+        line("Reason", reason);
+    }
+    if let Some(argv) = get::<Vec<String>>(job, "argv") {
+        line("Command", argv.join(" "));
+        line("WorkDir", get_str(job, "cwd"));
+    }
+    if let Some(o) = get::<String>(job, "output") {
+        let err = get_str(job, "output_error");
+        line(
+            "Output",
+            if err.is_empty() {
+                o
+            } else {
+                format!("{o} ({err})")
+            },
+        );
+    }
+    line(
+        "Requested",
+        format!(
+            "{} CPUs, {}, devices {}",
+            get::<u32>(job, "cpus").unwrap_or(0),
+            format_bytes(get::<u64>(job, "mem").unwrap_or(0)),
+            get_str(job, "devices_requested")
+        ),
+    );
+    if let Some(cpus) = get::<String>(job, "alloc_cpus") {
+        line(
+            "Allocated",
+            format!(
+                "CPUs {cpus}, memory nodes {}, devices {}",
+                get_str(job, "alloc_mem_nodes"),
+                get_str(job, "devices")
+            ),
+        );
+    }
+    line(
+        "Submitted",
+        local_time(get::<u64>(job, "submit_time").unwrap_or(0), true),
+    );
+    line(
+        "Started",
+        local_time(get::<u64>(job, "start_time").unwrap_or(0), true),
+    );
+    line(
+        "Ended",
+        local_time(get::<u64>(job, "end_time").unwrap_or(0), true),
+    );
+    if let Some(c) = get::<i32>(job, "exit_code") {
+        line("Exit code", c.to_string());
+    }
+    let detail = get_str(job, "detail");
+    if !detail.is_empty() {
+        line("Detail", detail);
+    }
+    if let Some(n) = get::<u64>(job, "cpu_nsec") {
+        line("CPU time", duration(n / 1_000_000_000));
+    }
+    if let Some(n) = get::<u64>(job, "memory_peak") {
+        line("Memory peak", format_bytes(n));
+    }
+    let unit = get_str(job, "unit");
+    line("Unit", unit.clone());
+    line(
+        "See",
+        format!("systemctl status {unit}; journalctl -u {unit}"),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::queue::JobSummary;
+
+    fn summary(id: u64, state: &str) -> JobSummary {
+        JobSummary {
+            id,
+            name: "a-very-long-job-name-indeed".into(),
+            uid: 1001,
+            user: "alice".into(),
+            state: state.into(),
+            reason: if state == "PENDING" {
+                "Priority (held for an earlier job)".into()
+            } else {
+                "".into()
+            },
+            submit_time: 1_000_000,
+            start_time: 0,
+            end_time: 0,
+            time_limit: 60,
+            cpus: 2,
+            mem: 3 << 30,
+            spread: true,
+            devices: "auto:1".into(),
+            exit_code: if state == "FAILED" { 7 } else { -1 },
+            detail: "".into(),
+        }
+    }
+
+    #[test]
+    fn queue_table_snapshot() {
+        let jobs = [summary(1, "PENDING"), summary(2, "FAILED")];
+        let jobs: Vec<_> = jobs.iter().map(JobSummary::line).collect();
+        let table = queue_table(&jobs, true, 3_661_000_000 + 1_000_000);
+        let want = concat!(
+            "    ID USER       NAME             STATE         DEVICES    CPUS     MEM START                TIME EXIT/REASON\n",
+            "     1 alice      a-very-long-job- PENDING       auto:1        2     3G+ -                01:01:01 Priority (held for an earlier job)\n",
+            "     2 alice      a-very-long-job- FAILED        auto:1        2     3G+ -                00:00:00 7\n",
+        );
+        assert_eq!(table, want);
+        let json = serde_json::to_value(&jobs[0]).unwrap();
+        assert_eq!(json["state"], "PENDING");
+        assert_eq!(json["exit_code"], -1);
+        assert_eq!(
+            json.as_object().unwrap().len(),
+            16,
+            "the documented JSON schema has 16 keys"
+        );
+    }
+}

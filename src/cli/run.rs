@@ -1,0 +1,126 @@
+//! `xrun`: submits a job, follows it to its end, prints its output, and
+//! exits with its exit code.
+
+use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
+use super::follow::{say, stamp, stdout_closed, wait_for_change, LogStream, Stops};
+use super::submit::{output_of, spec_from, submit_with_output};
+use super::SubmitArgs;
+use anyhow::Result;
+use std::time::{Duration, Instant};
+
+/// Exit codes of `xrun` for jobs that did not exit on their own; see the README.
+pub const EXIT_TIMEOUT: i32 = 124;
+pub const EXIT_LAUNCH_FAILED: i32 = 125;
+pub const EXIT_LOST: i32 = 126;
+pub const EXIT_OOM: i32 = 137;
+
+/// Exit code for a finished job as `xrun` reports it.
+pub fn exit_code_of(job: &Dict) -> i32 {
+    get::<i32>(job, "exit_code").unwrap_or(1)
+}
+
+pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let spec = spec_from(&a.res, a.command.clone(), None)?;
+    let output = output_of(&a.res)?;
+    // Subscribe before submitting, so no state change is missed.
+    let mut changes = p.receive_job_state_changed().await?;
+    // A closed stdout (`xrun ... | head`) must not kill xrun silently and
+    // leave its job running unseen: writes then fail with EPIPE, and xrun
+    // cancels the job like a shell pipeline's writer that dies of SIGPIPE.
+    // SAFETY: changes only this signal's disposition, to ignore.
+    unsafe {
+        nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_IGN);
+    }
+    let (id, _) = submit_with_output(&p, spec, output, user).await?;
+    // Created once, before the loop: a signal that arrives while xrun is busy
+    // elsewhere is kept for the next select.
+    let mut stops = Stops::new()?;
+    let t0 = Instant::now();
+    let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
+    let mut stream = LogStream::default();
+    // It answered the submission.
+    stream.outage.answered = true;
+    loop {
+        // xlurmd restarting (an upgrade, an admin): wait for it, signals and all.
+        let Some(job) = stream.outage.check(p.get_job(id).await, user)? else {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = stops.next(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+            }
+            continue;
+        };
+        let state = get_str(&job, "state");
+        if get::<u64>(&job, "start_time").unwrap_or(0) > 0 && state == "RUNNING" {
+            if !said_started {
+                say!("[{}] job {id}: Task started.", stamp());
+                said_started = true;
+            }
+            stream.pump(&p, id, user).await?;
+        }
+        // The reader may go away while the job prints nothing: then only
+        // poll tells.
+        if !cancelled && (stream.closed || stdout_closed()) {
+            say!(
+                "[{}] job {id}: xrun's output was closed (its reader went away); cancelling...",
+                stamp()
+            );
+            if let Err(e) = p.cancel(id).await {
+                say!("xrun: cancelling job {id}: {}", explain(e, user));
+            }
+            // What a shell reports for a writer killed by SIGPIPE.
+            return Ok(128 + nix::libc::SIGPIPE);
+        }
+        match state.as_str() {
+            "PENDING" => {
+                if !said_waiting && t0.elapsed() > Duration::from_secs(1) {
+                    say!(
+                        "[{}] job {id}: Waiting for resources... {}",
+                        stamp(),
+                        get_str(&job, "reason")
+                    );
+                    said_waiting = true;
+                }
+            }
+            "RUNNING" => {
+                if !said_started {
+                    say!("[{}] job {id}: Task started.", stamp());
+                    said_started = true;
+                }
+            }
+            _ => {
+                if !said_started && get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                    say!("[{}] job {id}: Task started.", stamp());
+                }
+                if get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                    stream.drain(&p, id, user).await?;
+                }
+                let code = exit_code_of(&job);
+                let detail = get_str(&job, "detail");
+                if state != "COMPLETED" && state != "FAILED"
+                    || !detail.is_empty() && state == "FAILED"
+                {
+                    say!("[{}] job {id}: {state}: {detail}", stamp());
+                } else {
+                    say!("[{}] job {id}: {state} (exit {code})", stamp());
+                }
+                return Ok(code);
+            }
+        }
+        // Output is polled while running; otherwise a state change wakes us
+        // (with a slow poll as a safety net).
+        let tick = if said_started { 200 } else { 1000 };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(tick)) => {}
+            _ = wait_for_change(&mut changes, id) => {}
+            _ = stops.next(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+        }
+    }
+}
+
+async fn cancel_for_exit(p: &SchedulerProxy<'_>, id: u64, user: bool) {
+    say!("[{}] job {id}: cancelling...", stamp());
+    if let Err(e) = p.cancel(id).await {
+        say!("xrun: cancelling job {id}: {}", explain(e, user));
+    }
+}

@@ -1,0 +1,247 @@
+//! What `xrun` and `xbatch` share: the spec from the command line's options,
+//! the command found as a shell would, and the `--output` file.
+
+use super::client::{explain, Dict, SchedulerProxy};
+use super::ResourceArgs;
+use crate::core::request::{parse_bytes, parse_duration_secs};
+use crate::wire::spec::entry;
+use anyhow::{anyhow, bail, Context, Result};
+
+/// Finds `cmd` the way a shell would, so the job runs what the user meant.
+pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path) -> Result<String> {
+    if cmd.contains('/') {
+        let p = std::path::Path::new(cmd);
+        return Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        }
+        .display()
+        .to_string());
+    }
+    for dir in path_var
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+        .filter(|d| !d.is_empty())
+    {
+        let candidate = std::path::Path::new(dir).join(cmd);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                let full = if candidate.is_absolute() {
+                    candidate
+                } else {
+                    cwd.join(candidate)
+                };
+                return Ok(full.display().to_string());
+            }
+        }
+    }
+    bail!("{cmd}: command not found in your PATH")
+}
+
+pub(super) fn spec_from(
+    res: &ResourceArgs,
+    mut argv: Vec<String>,
+    script: Option<String>,
+) -> Result<Dict> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    if script.is_none() {
+        let path = std::env::var("PATH").ok();
+        argv[0] = resolve_command(&argv[0], path.as_deref(), &cwd)?;
+    }
+    let mut d = Dict::new();
+    let mut add = |(k, v): (String, zbus::OwnedVariant)| {
+        d.insert(k, v);
+    };
+    add(entry("argv", argv));
+    add(entry("cwd", cwd.display().to_string()));
+    if let Some(s) = script {
+        add(entry("script", s));
+    }
+    if res.clean_env {
+        add(entry("clean_env", true));
+    } else {
+        let env: Vec<String> = std::env::vars()
+            .filter(|(k, _)| crate::wire::spec::valid_env_name(k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        add(entry("env", env));
+    }
+    if let Some(n) = &res.name {
+        add(entry("name", n.clone()));
+    }
+    if let Some(c) = res.cpus {
+        add(entry("cpus", c));
+    }
+    if let Some(m) = &res.mem {
+        add(entry(
+            "mem",
+            parse_bytes(m).map_err(|e| anyhow!("--mem: {e}"))?,
+        ));
+    }
+    let gpus = match (res.gpus, res.device_ids.len()) {
+        (Some(g), n) if n > 0 && g as usize != n => {
+            bail!("-g {g} does not match the {n} IDs given with -i")
+        }
+        (Some(g), _) => g,
+        (None, n) if n > 0 => n as u32,
+        (None, _) => 0,
+    };
+    add(entry("gpus", gpus));
+    if !res.device_ids.is_empty() {
+        add(entry("device_ids", res.device_ids.clone()));
+    }
+    if !res.exclude_device_ids.is_empty() {
+        add(entry("exclude_device_ids", res.exclude_device_ids.clone()));
+    }
+    if let Some(v) = &res.vendor {
+        add(entry("vendor", v.clone()));
+    }
+    if res.exclusive {
+        add(entry("exclusive", true));
+    }
+    if res.numa_local {
+        add(entry("numa_local", true));
+    }
+    if let Some(t) = &res.time_limit {
+        add(entry(
+            "time_limit",
+            parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?,
+        ));
+    }
+    Ok(d)
+}
+
+/// An output file opened for `--output`, renamed once the job ID is known if
+/// its name has `%j`.
+pub struct OutputFile {
+    file: std::fs::File,
+    opened_as: std::path::PathBuf,
+    template: Option<String>,
+}
+
+/// Opens `--output PATH` with the user's own rights (no symlink at the end),
+/// so a path the user cannot write is refused before anything is queued.
+pub fn open_output(path: &str, cwd: &std::path::Path) -> Result<OutputFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let full = if path.starts_with('/') {
+        std::path::PathBuf::from(path)
+    } else {
+        cwd.join(path)
+    };
+    let (opened_as, template) = if path.contains("%j") {
+        let tmp = full
+            .display()
+            .to_string()
+            .replace("%j", &format!("pending-{}", std::process::id()));
+        (
+            std::path::PathBuf::from(tmp),
+            Some(full.display().to_string()),
+        )
+    } else {
+        (full.clone(), None)
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&opened_as)
+        .map_err(|e| anyhow!("--output {}: {e}", opened_as.display()))?;
+    Ok(OutputFile {
+        file,
+        opened_as,
+        template,
+    })
+}
+
+/// The `--output` file of `res`, if it names one, opened.
+pub(super) fn output_of(res: &ResourceArgs) -> Result<Option<OutputFile>> {
+    let cwd = std::env::current_dir()?;
+    res.output
+        .as_deref()
+        .map(|o| open_output(o, &cwd))
+        .transpose()
+}
+
+impl OutputFile {
+    fn add_to(&self, spec: &mut Dict) {
+        let fd = zbus::Fd::from(&self.file);
+        if let Ok(v) = zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd)) {
+            spec.insert("output_fd".into(), v);
+        }
+        let (k, v) = entry(
+            "output_path",
+            self.template
+                .clone()
+                .unwrap_or_else(|| self.opened_as.display().to_string()),
+        );
+        spec.insert(k, v);
+    }
+
+    /// Gives the file its final name once the job ID is known.
+    fn settle(&self, id: u64) -> Result<()> {
+        if let Some(t) = &self.template {
+            let target = t.replace("%j", &id.to_string());
+            std::fs::rename(&self.opened_as, &target)
+                .map_err(|e| anyhow!("renaming {} to {target}: {e}", self.opened_as.display()))?;
+        }
+        Ok(())
+    }
+
+    fn abandon(&self) {
+        let _ = std::fs::remove_file(&self.opened_as);
+    }
+}
+
+/// Submits `spec`, with its `--output` file if any.
+pub(super) async fn submit_with_output(
+    p: &SchedulerProxy<'_>,
+    mut spec: Dict,
+    output: Option<OutputFile>,
+    user: bool,
+) -> Result<(u64, Dict)> {
+    if let Some(o) = &output {
+        o.add_to(&mut spec);
+    }
+    match p.submit(spec).await {
+        Ok((id, info)) => {
+            if let Some(o) = &output {
+                o.settle(id)?;
+            }
+            Ok((id, info))
+        }
+        Err(e) => {
+            if let Some(o) = &output {
+                o.abandon();
+            }
+            Err(explain(e, user))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_found_as_a_shell_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("tool");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().display().to_string();
+        assert_eq!(
+            resolve_command("tool", Some(&path), dir.path()).unwrap(),
+            exe.display().to_string()
+        );
+        assert!(resolve_command("nope-xyz", Some(&path), dir.path()).is_err());
+        assert_eq!(
+            resolve_command("./a/b", None, std::path::Path::new("/w")).unwrap(),
+            "/w/./a/b"
+        );
+    }
+}
