@@ -15,3 +15,4 @@ pub mod spec;
 pub mod store;
 pub mod systemd;
 pub mod unit;
+pub mod watch;
