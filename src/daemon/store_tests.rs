@@ -204,16 +204,18 @@ fn a_log_of_a_newer_version_is_refused_and_left_untouched() {
     assert_eq!(names, vec![LOG], "nothing kept aside or left behind");
 }
 
+/// A log in `dir` holding pending job 1, open for appending more.
+fn log_of_one_pending_job(dir: &std::path::Path) -> std::fs::File {
+    let (mut s, _) = Store::open(dir).unwrap();
+    s.save([&job(1, JobState::Pending)]).unwrap();
+    drop(s);
+    OpenOptions::new().append(true).open(dir.join(LOG)).unwrap()
+}
+
 #[test]
 fn a_torn_last_line_is_dropped_quietly() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut s, _) = Store::open(dir.path()).unwrap();
-    s.save([&job(1, JobState::Pending)]).unwrap();
-    drop(s);
-    let mut f = OpenOptions::new()
-        .append(true)
-        .open(dir.path().join(LOG))
-        .unwrap();
+    let mut f = log_of_one_pending_job(dir.path());
     f.write_all(b"{\"id\":2,\"na").unwrap();
     let (_, loaded) = Store::open(dir.path()).unwrap();
     assert_eq!(loaded.jobs.len(), 1);
@@ -223,13 +225,7 @@ fn a_torn_last_line_is_dropped_quietly() {
 #[test]
 fn a_damaged_log_is_kept_aside_and_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut s, _) = Store::open(dir.path()).unwrap();
-    s.save([&job(1, JobState::Pending)]).unwrap();
-    drop(s);
-    let mut f = OpenOptions::new()
-        .append(true)
-        .open(dir.path().join(LOG))
-        .unwrap();
+    let mut f = log_of_one_pending_job(dir.path());
     f.write_all(b"garbage\n").unwrap();
     let ok = serde_json::to_string(&job(3, JobState::Pending)).unwrap();
     f.write_all(format!("{ok}\n").as_bytes()).unwrap();
