@@ -379,10 +379,22 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     };
     let state = State::new(sched, loaded, store);
     let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
-    daemon
-        .readopt()
-        .await
-        .map_err(|e| Refusal(format!("re-adopting jobs: {e:#}")))?;
+    // Re-adoption fails only for passing reasons (systemd busy or re-executing,
+    // a full state disk): it is retried, never a refusal, which exit 78 would
+    // make final. Readiness waits for it; if it takes longer than the unit's
+    // TimeoutStartSec, systemd stops xlurmd and starts it again.
+    let mut attempt = 0u32;
+    while let Err(e) = daemon.readopt().await {
+        attempt += 1;
+        let wait = Duration::from_millis(500 * u64::from(attempt.min(10)));
+        tracing::error!(
+            "re-adopting jobs failed ({e:#}); trying again in {wait:?} (attempt {attempt})"
+        );
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&format!(
+            "re-adopting jobs failed, retrying: {e:#}"
+        ))]);
+        tokio::time::sleep(wait).await;
+    }
     // --output descriptors of pending jobs, kept in systemd's store across a crash.
     {
         let restored = super::output::from_listen_fds();

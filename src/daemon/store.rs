@@ -98,6 +98,19 @@ pub struct NewerLog {
     pub supported: u32,
 }
 
+/// A log that holds something other than job records where one should be:
+/// damage (a disk error, an edit by hand), as opposed to a failure to read or
+/// write the file (an I/O error, a full disk), which changes nothing on disk.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Damaged(pub String);
+
+/// Whether `e` is damage in the log (not an I/O failure).
+fn is_damage(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.is::<Damaged>() || c.is::<serde_json::Error>())
+}
+
 /// Just the ID of a record (the rest is skipped, not built).
 #[derive(serde::Deserialize)]
 struct IdOnly {
@@ -111,27 +124,48 @@ impl Store {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} root-only", dir.display()))?;
         let path = dir.join(LOG);
-        let (current, loaded, warning) = match scan(&path, false).and_then(|current| {
-            let loaded = rewrite(dir, &path, &current)?;
-            Ok((current, loaded))
-        }) {
-            Ok((current, loaded)) => (current, loaded, None),
-            Err(e) if e.is::<NewerLog>() => return Err(e),
+        // Damage keeps the file aside and recovers what it can; a newer format
+        // or a failure to read it (I/O) refuses, changing nothing; a failure
+        // to write the compacted copy (a full disk) serves from the log as it is.
+        let (current, damaged) = match scan(&path, false) {
+            Ok(current) => (current, None),
+            Err(e) if is_damage(&e) => (scan(&path, true)?, Some(e)),
+            Err(e) => return Err(e),
+        };
+        let aside = damaged
+            .as_ref()
+            .map(|_| dir.join(format!("{LOG}.corrupt-{}", now_secs())));
+        let (loaded, mut warning) = match rewrite(dir, &path, &current, aside.as_deref()) {
+            Ok(loaded) => (loaded, None),
+            Err(e) if is_damage(&e) && damaged.is_none() => return Err(e),
             Err(e) => {
-                let aside = dir.join(format!("{LOG}.corrupt-{}", now_secs()));
-                std::fs::rename(&path, &aside)
-                    .with_context(|| format!("keeping damaged {} aside", path.display()))?;
-                let current = scan(&aside, true)?;
-                let loaded = rewrite(dir, &aside, &current)?;
+                let _ = std::fs::remove_file(dir.join(format!(".{LOG}.tmp")));
+                let loaded = load_in_place(&path, &current)?;
                 let msg = format!(
-                    "{} was damaged ({e:#}); kept it as {} and recovered {} jobs from it",
+                    "could not compact {} ({e:#}); serving its {} jobs from it as it is, \
+                     to be compacted at the next start",
                     path.display(),
-                    aside.display(),
                     current.len()
                 );
-                (current, loaded, Some(msg))
+                (loaded, Some(msg))
             }
         };
+        if let (Some(e), Some(aside)) = (&damaged, &aside) {
+            let kept = if aside.exists() {
+                format!("kept it as {}", aside.display())
+            } else {
+                "left it in place until there is room to compact it".to_string()
+            };
+            let msg = format!(
+                "{} was damaged ({e:#}); {kept} and recovered {} jobs from it",
+                path.display(),
+                current.len()
+            );
+            warning = Some(match warning {
+                Some(w) => format!("{msg}; {w}"),
+                None => msg,
+            });
+        }
         let Rewritten {
             jobs,
             ended,
@@ -265,20 +299,29 @@ impl Store {
         let mut ids: Vec<JobId> = self.at.keys().copied().collect();
         ids.sort_unstable();
         let mut at = HashMap::with_capacity(ids.len());
-        let mut out = BufWriter::new(create_private(&tmp)?);
-        let head = header()?;
-        out.write_all(&head)?;
-        let mut buf = Vec::new();
-        let mut len = head.len() as u64;
-        for id in ids {
-            let (off, n) = self.at[&id];
-            read_record(&self.reader, off, n, &mut buf)?;
-            out.write_all(&buf)?;
-            at.insert(id, (len, n));
-            len += u64::from(n);
+        let mut len = 0;
+        let written = (|| -> Result<()> {
+            let mut out = BufWriter::new(create_private(&tmp)?);
+            let head = header()?;
+            out.write_all(&head)?;
+            let mut buf = Vec::new();
+            len = head.len() as u64;
+            for id in ids {
+                let (off, n) = self.at[&id];
+                read_record(&self.reader, off, n, &mut buf)?;
+                out.write_all(&buf)?;
+                at.insert(id, (len, n));
+                len += u64::from(n);
+            }
+            let f = out.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            // A full disk: the partial copy would only take the room it lacks.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
-        let f = out.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
         std::fs::rename(&tmp, &path)
             .with_context(|| format!("renaming {} into place", tmp.display()))?;
         // The new file is the log from here on: point at it before anything
@@ -336,43 +379,79 @@ struct Rewritten {
 
 /// Copies each job's current record (`current`, found by `scan` in `source`)
 /// into a fresh `jobs.log` in `dir`, after the header, building the jobs one
-/// at a time: ended ones are kept in brief only. (Records of an earlier format
-/// version, once there is one, are to be migrated here.)
-fn rewrite(dir: &Path, source: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> Result<Rewritten> {
+/// at a time (see [`load`]). `aside`: for a damaged log, where to keep
+/// `source`; it moves there only once the new log is written, just before
+/// the new one takes its name.
+fn rewrite(
+    dir: &Path,
+    source: &Path,
+    current: &BTreeMap<JobId, (u64, u32)>,
+    aside: Option<&Path>,
+) -> Result<Rewritten> {
+    let tmp = dir.join(format!(".{LOG}.tmp"));
+    let mut out = BufWriter::new(create_private(&tmp)?);
+    let head = header()?;
+    out.write_all(&head)?;
+    let mut len = head.len() as u64;
+    let r = load(source, current, |record, n| {
+        out.write_all(record)?;
+        let at = (len, n);
+        len += u64::from(n);
+        Ok(at)
+    })?;
+    let f = out.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    if let Some(aside) = aside {
+        std::fs::rename(source, aside)
+            .with_context(|| format!("keeping damaged {} aside", source.display()))?;
+    }
+    std::fs::rename(&tmp, dir.join(LOG))
+        .with_context(|| format!("renaming {} into place", tmp.display()))?;
+    File::open(dir)?.sync_all()?;
+    Ok(r)
+}
+
+/// The jobs of the log at `path`, their records left where they are: there
+/// is no room on the disk for a compacted copy.
+fn load_in_place(path: &Path, current: &BTreeMap<JobId, (u64, u32)>) -> Result<Rewritten> {
+    let mut at = current.values();
+    load(path, current, |_, _| {
+        at.next().copied().context("a record without a place")
+    })
+}
+
+/// Builds the jobs from their current records (`current`, found by `scan`
+/// in `source`), one at a time: ended ones are kept in brief only. `place`
+/// gets each record (and its length) and says where it is kept. (Records of
+/// an earlier format version, once there is one, are to be migrated here.)
+fn load(
+    source: &Path,
+    current: &BTreeMap<JobId, (u64, u32)>,
+    mut place: impl FnMut(&[u8], u32) -> Result<(u64, u32)>,
+) -> Result<Rewritten> {
     let mut r = Rewritten {
         jobs: BTreeMap::new(),
         ended: Ended::default(),
         strings: Strings::default(),
         at: HashMap::with_capacity(current.len()),
     };
-    let tmp = dir.join(format!(".{LOG}.tmp"));
-    let mut out = BufWriter::new(create_private(&tmp)?);
-    let head = header()?;
-    out.write_all(&head)?;
-    if !current.is_empty() {
-        let old = File::open(source).with_context(|| format!("reading {}", source.display()))?;
-        let mut buf = Vec::new();
-        let mut len = head.len() as u64;
-        for (id, (off, n)) in current {
-            read_record(&old, *off, *n, &mut buf)?;
-            let job: Job =
-                serde_json::from_slice(&buf).with_context(|| format!("the record of job {id}"))?;
-            out.write_all(&buf)?;
-            r.at.insert(*id, (len, *n));
-            len += u64::from(*n);
-            if job.state.is_final() {
-                let brief = Brief::of(&job, |s| r.strings.get(s));
-                r.ended.insert(*id, brief);
-            } else {
-                r.jobs.insert(*id, job);
-            }
+    if current.is_empty() {
+        return Ok(r);
+    }
+    let old = File::open(source).with_context(|| format!("reading {}", source.display()))?;
+    let mut buf = Vec::new();
+    for (id, (off, n)) in current {
+        read_record(&old, *off, *n, &mut buf)?;
+        let job: Job =
+            serde_json::from_slice(&buf).with_context(|| format!("the record of job {id}"))?;
+        r.at.insert(*id, place(&buf, *n)?);
+        if job.state.is_final() {
+            let brief = Brief::of(&job, |s| r.strings.get(s));
+            r.ended.insert(*id, brief);
+        } else {
+            r.jobs.insert(*id, job);
         }
     }
-    let f = out.into_inner().map_err(|e| e.into_error())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(LOG))
-        .with_context(|| format!("renaming {} into place", tmp.display()))?;
-    File::open(dir)?.sync_all()?;
     Ok(r)
 }
 
@@ -423,7 +502,7 @@ fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
                 );
             }
             _ if torn || lenient => {}
-            _ => anyhow::bail!("line {n}: not a job record"),
+            _ => return Err(Damaged(format!("line {n}: not a job record")).into()),
         }
     }
     Ok(current)
@@ -433,7 +512,7 @@ fn scan(path: &Path, lenient: bool) -> Result<BTreeMap<JobId, (u64, u32)>> {
 /// `lenient`ly, whatever format it names, unless a newer version).
 fn check_header(path: &Path, h: &Header, lenient: bool) -> Result<()> {
     if h.format != LOG_FORMAT && !lenient {
-        anyhow::bail!("line 1: format {:?}, not {LOG_FORMAT:?}", h.format);
+        return Err(Damaged(format!("line 1: format {:?}, not {LOG_FORMAT:?}", h.format)).into());
     }
     if h.version > LOG_VERSION {
         return Err(NewerLog {

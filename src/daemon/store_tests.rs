@@ -244,3 +244,68 @@ fn a_damaged_log_is_kept_aside_and_reported() {
         .unwrap()
         .contains("garbage"));
 }
+
+/// A log that cannot be compacted at start (no room for the copy: here the
+/// temp file's name is taken by a directory, an I/O error like ENOSPC) is
+/// served as it is: every job is there, nothing is kept aside, and records
+/// appended later land in it.
+#[test]
+fn a_log_that_cannot_be_compacted_at_start_is_served_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, _) = Store::open(dir.path()).unwrap();
+    s.save([&job(1, JobState::Pending), &job(2, JobState::Running)])
+        .unwrap();
+    s.save([&job(3, JobState::Completed)]).unwrap();
+    drop(s);
+    let before = std::fs::read(dir.path().join(LOG)).unwrap();
+    std::fs::create_dir(dir.path().join(format!(".{LOG}.tmp"))).unwrap();
+    let (mut s, loaded) = Store::open(dir.path()).unwrap();
+    let w = loaded.warning.expect("the failed compaction is reported");
+    assert!(w.contains("could not compact"), "{w}");
+    assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        loaded.ended.get(3).map(|b| b.state),
+        Some(JobState::Completed)
+    );
+    assert_eq!(std::fs::read(dir.path().join(LOG)).unwrap(), before);
+    assert_eq!(s.read(1).unwrap().id, 1, "records are read where they are");
+    s.save([&job(4, JobState::Pending)]).unwrap();
+    drop(s);
+    std::fs::remove_dir(dir.path().join(format!(".{LOG}.tmp"))).unwrap();
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    assert!(loaded.warning.is_none(), "{:?}", loaded.warning);
+    assert_eq!(
+        loaded.jobs.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2, 4]
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("corrupt"))
+        .collect();
+    assert!(names.is_empty(), "nothing kept aside: {names:?}");
+}
+
+/// Damage still keeps the file aside, and when there is no room for the
+/// recovered copy, the damaged log is served in place (its good records)
+/// rather than moved away and lost.
+#[test]
+fn a_damaged_log_without_room_for_a_copy_stays_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = log_of_one_pending_job(dir.path());
+    f.write_all(b"garbage\n").unwrap();
+    drop(f);
+    std::fs::create_dir(dir.path().join(format!(".{LOG}.tmp"))).unwrap();
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    let w = loaded.warning.expect("reported");
+    assert!(
+        w.contains("damaged") && w.contains("left it in place"),
+        "{w}"
+    );
+    assert_eq!(loaded.jobs.len(), 1);
+    assert!(dir.path().join(LOG).exists());
+    std::fs::remove_dir(dir.path().join(format!(".{LOG}.tmp"))).unwrap();
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    assert!(loaded.warning.expect("reported").contains("kept it as"));
+    assert_eq!(loaded.jobs.len(), 1);
+}
