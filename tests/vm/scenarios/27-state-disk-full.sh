@@ -1,7 +1,10 @@
 #!/bin/bash
 # The state disk filling up: a submission is refused with the cause and a log
 # line, nothing is half-queued, and submissions work again once there is room.
-# timeout: 180
+# Then a restart on the full disk (issue 16, item 3): xlurmd comes up with every
+# pending job (the compaction it cannot write is put off, the log is not taken for
+# damage), and they run once there is room again.
+# timeout: 240
 set -euo pipefail
 . "$XLURM_VM_LIB"
 
@@ -48,3 +51,31 @@ fi
 assert_contains "$(xlurm queue "$first" --json)" "\"id\": $first" "GetJob of an ended job after the restart"
 assert_ok as_user alice xrun -g 0 /bin/true
 note "ok"
+
+check "a restart on a full state disk keeps every pending job, and they run once there is room"
+blocker=$(as_user alice xbatch -c 2 -t 60 --wrap 'sleep 600' | awk '{print $NF}')
+wait_for "xlurm queue $blocker | grep -q 'State: RUNNING'" 60
+ids=()
+for i in 1 2 3; do
+    ids+=("$(as_user alice xbatch -c 1 -t 60 --wrap true | awk '{print $NF}')")
+done
+for id in "${ids[@]}"; do
+    assert_contains "$(xlurm queue "$id")" "State: PENDING" "job $id waits behind $blocker"
+done
+dd if=/dev/zero of=/var/lib/xlurm/fill bs=4k 2>/dev/null || true
+systemctl restart xlurmd
+assert_eq active "$(systemctl is-active xlurmd)" "xlurmd came up on the full disk"
+if ls /var/lib/xlurm | grep -q corrupt; then
+    fail "the job log was taken for damaged: $(ls /var/lib/xlurm)"
+fi
+for id in "${ids[@]}"; do
+    assert_contains "$(xlurm queue "$id")" "State: PENDING" "job $id is still queued"
+done
+assert_contains "$(xlurm queue "$blocker")" "State: RUNNING" "the running job was re-adopted"
+assert_contains "$(journalctl -u xlurmd -o cat --no-pager | tail -30)" "could not compact"
+rm -f /var/lib/xlurm/fill
+as_user alice xcancel "$blocker"
+for id in "${ids[@]}"; do
+    wait_for "xlurm queue $id | grep -q 'State: COMPLETED'" 90
+done
+note "ok: jobs ${ids[*]} ran after the restart"
