@@ -130,6 +130,59 @@ pub struct OutputCopy {
     pub error: String,
 }
 
+/// A job's state changes, all of them. Each returns the job as it is to be,
+/// leaving `self` as it is: a handler persists the new record first and
+/// changes memory only once it is on disk, so memory and disk never disagree.
+impl Job {
+    /// PENDING to RUNNING: placed (`alloc`) and started at `now` (µs).
+    pub fn started(&self, alloc: crate::core::Allocation, now: u64) -> Job {
+        debug_assert_eq!(self.state, JobState::Pending);
+        Job {
+            state: JobState::Running,
+            start_usec: now,
+            alloc: Some(alloc),
+            ..self.clone()
+        }
+    }
+
+    /// A running job that `by` (a uid) asked to cancel: it ends CANCELLED
+    /// when its unit stops.
+    pub fn cancel_requested(&self, by: u32) -> Job {
+        Job {
+            cancel_requested_by: Some(by),
+            ..self.clone()
+        }
+    }
+
+    /// PENDING or RUNNING to a final `state`, at `now` (µs), for the reason
+    /// `outcome` gives. Its forwarded environment goes with it.
+    pub fn ended(&self, state: JobState, outcome: Outcome, now: u64) -> Job {
+        debug_assert!(state.is_final() && !self.state.is_final());
+        Job {
+            state,
+            end_usec: now,
+            outcome: Some(outcome),
+            command: Command {
+                env: None,
+                ..self.command.clone()
+            },
+            ..self.clone()
+        }
+    }
+
+    /// A pending job its owner (or an admin, `by`) cancelled before it started.
+    pub fn cancelled_pending(&self, by: u32, now: u64) -> Job {
+        let outcome = Outcome {
+            detail: "cancelled before it started".into(),
+            ..Default::default()
+        };
+        Job {
+            cancel_requested_by: Some(by),
+            ..self.ended(JobState::Cancelled, outcome, now)
+        }
+    }
+}
+
 impl Job {
     /// Its unit's name (derived, not stored: one string less per job).
     pub fn unit(&self) -> String {

@@ -44,6 +44,9 @@ pub struct Store {
     at: HashMap<JobId, (u64, u32)>,
     /// Records were appended since the log was last synced ([`Store::append`]).
     unsynced: bool,
+    /// Tests: the next writes fail as on a full disk, leaving the log as it is.
+    #[cfg(test)]
+    pub(crate) fail_writes: bool,
 }
 
 /// What was found on disk at start.
@@ -187,6 +190,8 @@ impl Store {
             lines: at.len(),
             at,
             unsynced: false,
+            #[cfg(test)]
+            fail_writes: false,
         };
         Ok((
             store,
@@ -228,6 +233,11 @@ impl Store {
     }
 
     fn write<'a>(&mut self, jobs: impl IntoIterator<Item = &'a Job>, sync: bool) -> Result<()> {
+        #[cfg(test)]
+        if self.fail_writes {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+                .context("appending to the job log");
+        }
         let mut buf = Vec::new();
         let mut placed = Vec::new();
         for job in jobs {

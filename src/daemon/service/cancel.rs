@@ -25,19 +25,13 @@ impl<U: Units> Daemon<U> {
         let owner = job.uid();
         match job.state() {
             JobState::Pending => {
+                // On disk first: a cancel that could not be recorded changes nothing.
+                let job = st.jobs.get(&id).expect("checked above");
+                let job = job.cancelled_pending(uid, now_usec());
+                st.store.save([&job]).map_err(ApiError::from)?;
                 st.sched.dequeue(id);
                 st.pending_done(owner);
-                let now = now_usec();
-                let job = st.jobs.get_mut(&id).expect("checked above");
-                job.state = JobState::Cancelled;
-                job.end_usec = now;
-                job.cancel_requested_by = Some(uid);
-                job.outcome = Some(Outcome {
-                    detail: "cancelled before it started".into(),
-                    ..Default::default()
-                });
-                let job = job.clone();
-                st.store.save([&job]).map_err(ApiError::from)?;
+                st.jobs.insert(id, job);
                 drop(st);
                 self.changed(id, JobState::Cancelled);
                 self.kick.notify_one();
@@ -45,10 +39,10 @@ impl<U: Units> Daemon<U> {
             }
             JobState::Running => {
                 let unit = crate::unit_name::of_job(id);
-                let job = st.jobs.get_mut(&id).expect("checked above");
-                job.cancel_requested_by = Some(uid);
-                let job = job.clone();
+                let job = st.jobs.get(&id).expect("checked above");
+                let job = job.cancel_requested(uid);
                 st.store.save([&job]).map_err(ApiError::from)?;
+                st.jobs.insert(id, job);
                 drop(st);
                 if let Err(e) = self.systemd.stop(&unit).await {
                     tracing::warn!("stopping {unit}: {e}");

@@ -328,3 +328,46 @@ async fn a_restart_readopts_a_running_unit_records_an_ended_one_and_marks_a_miss
     let id = d.submit(0, vec![sleep_spec()]).await.unwrap()[0].id;
     assert_eq!(id, ids[2].0 + 1);
 }
+
+/// A failed save at each step leaves memory as the disk has it: a cancel that
+/// could not be recorded cancels nothing, a start that could not be recorded
+/// starts nothing (and the job starts once the disk takes records again).
+#[tokio::test]
+async fn a_failed_save_leaves_memory_and_disk_agreeing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let (running, unit) = running_job(&d).await;
+    let mut wide = sleep_spec();
+    wide.request.cpus = 4;
+    let pending = d.submit(0, vec![wide]).await.unwrap()[0].id;
+    let disk = on_disk(dir.path());
+    d.state.lock().await.store.fail_writes = true;
+
+    let err = d.cancel(0, pending, false).await.unwrap_err();
+    assert!(matches!(err, ApiError::Failed(_)), "{err:?}");
+    let err = d.cancel(0, running, false).await.unwrap_err();
+    assert!(matches!(err, ApiError::Failed(_)), "{err:?}");
+    assert_eq!(d.systemd.calls("stop", &unit), 0, "not stopped unrecorded");
+    assert_eq!(job(&d, pending).await.state, JobState::Pending);
+    assert_eq!(job(&d, running).await.cancel_requested_by, None);
+    assert_eq!(d.state.lock().await.counts(), (1, 1));
+
+    // The running job ends: it frees the CPUs, but RUNNING cannot be recorded
+    // for the pending one, so it stays pending, in memory as on disk.
+    d.systemd.end(&unit, "success", 1, 0);
+    d.reconcile(running).await;
+    wait_state(&d, running, JobState::Completed).await;
+    d.schedule().await;
+    assert_eq!(job(&d, pending).await.state, JobState::Pending);
+    assert_eq!(job(&d, pending).await.alloc, None);
+    assert_eq!(
+        d.systemd.calls("start", &crate::unit_name::of_job(pending)),
+        0
+    );
+    assert_eq!(on_disk(dir.path())[&pending], disk[&pending]);
+
+    d.state.lock().await.store.fail_writes = false;
+    d.schedule().await;
+    wait_state(&d, pending, JobState::Running).await;
+    assert_eq!(on_disk(dir.path())[&pending], JobState::Running);
+}

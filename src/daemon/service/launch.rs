@@ -30,40 +30,25 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        let mut started = Vec::with_capacity(starts.len());
-        for (id, alloc) in starts {
-            let Some(job) = st.jobs.get_mut(&id) else {
-                continue;
-            };
-            job.state = JobState::Running;
-            job.start_usec = now;
-            job.alloc = Some(alloc);
-            started.push(job.clone());
-        }
-        for j in &started {
-            st.pending_done(j.uid);
+        let started: Vec<Job> = starts
+            .into_iter()
+            .filter_map(|(id, alloc)| Some(st.jobs.get(&id)?.started(alloc, now)))
+            .collect();
+        // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
+        if let Err(e) = st.store.save(started.iter()) {
+            tracing::error!("recording started jobs failed, putting them back: {e:#}");
+            for j in &started {
+                st.sched.finish(j.id);
+                st.sched.enqueue(j.id, j.demand.clone());
+            }
+            return;
         }
         if let Ok(mut l) = self.launching.lock() {
             l.extend(started.iter().map(|j| j.id));
         }
-        // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
-        if let Err(e) = st.store.save(started.iter()) {
-            tracing::error!("recording started jobs failed, putting them back: {e:#}");
-            if let Ok(mut l) = self.launching.lock() {
-                for j in &started {
-                    l.remove(&j.id);
-                }
-            }
-            for j in &started {
-                *st.pending_per_user.entry(j.uid).or_default() += 1;
-                st.sched.finish(j.id);
-                st.sched.enqueue(j.id, j.demand.clone());
-                if let Some(job) = st.jobs.get_mut(&j.id) {
-                    job.state = JobState::Pending;
-                    job.alloc = None;
-                }
-            }
-            return;
+        for j in &started {
+            st.pending_done(j.uid);
+            st.jobs.insert(j.id, j.clone());
         }
         drop(st);
         // Launch concurrently: each waits for systemd on its own.

@@ -70,17 +70,12 @@ impl<U: Units> Daemon<U> {
                         "its unit {} vanished while xlurmd was down (a reboot?)",
                         job.unit()
                     );
-                    let mut st = self.state.lock().await;
-                    if let Some(j) = st.jobs.get_mut(&job.id) {
-                        j.state = JobState::Lost;
-                        j.end_usec = now_usec();
-                        j.outcome = Some(Outcome {
-                            detail,
-                            ..Default::default()
-                        });
-                        let j = j.clone();
-                        st.store.save([&j])?;
-                    }
+                    // Through finalize like every end: its script snapshot goes too.
+                    let outcome = Outcome {
+                        detail,
+                        ..Default::default()
+                    };
+                    self.finalize(job.id, JobState::Lost, outcome, None).await;
                 }
             }
         }

@@ -18,18 +18,17 @@ impl<U: Units> Daemon<U> {
         unit_state: Option<&str>,
     ) {
         let mut st = self.state.lock().await;
-        let Some(job) = st.jobs.get_mut(&id) else {
+        let Some(job) = st.jobs.get(&id) else {
             return;
         };
         if job.state.is_final() {
             return;
         }
-        job.state = state;
-        job.end_usec = now_usec();
-        job.command.env = None;
         let why = outcome.detail.clone();
-        job.outcome = Some(outcome);
-        let job = job.clone();
+        // In memory even if it cannot be recorded: the job did end, and its
+        // unit, kept uncollected, holds the end for the next start.
+        let job = job.ended(state, outcome, now_usec());
+        st.jobs.insert(id, job.clone());
         st.sched.finish(id);
         if let Ok(mut p) = self.peaks.lock() {
             p.remove(&id);
