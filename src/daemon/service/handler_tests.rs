@@ -233,17 +233,25 @@ async fn a_start_systemd_refuses_ends_launch_failed_saying_why() {
     assert_eq!(on_disk(dir.path())[&id], JobState::LaunchFailed);
 }
 
-#[tokio::test]
-async fn cancel_of_a_pending_running_and_ended_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+/// A daemon on `dir` with one job running (and its unit) and one pending
+/// behind it: fifo-strict with the machine's 4 CPUs taken keeps it waiting.
+async fn a_running_and_a_pending_job(
+    dir: &std::path::Path,
+) -> (Arc<Daemon<MemoryUnits>>, JobId, String, JobId) {
+    let (d, _c) = daemon_on(dir, MemoryUnits::default()).await;
     let (running, unit) = running_job(&d).await;
-    // Pending: fifo-strict with the machine's 4 CPUs taken keeps it waiting.
     let mut wide = sleep_spec();
     wide.request.cpus = 4;
     let pending = d.submit(0, vec![wide]).await.unwrap()[0].id;
     d.schedule().await;
     assert_eq!(job(&d, pending).await.state, JobState::Pending);
+    (d, running, unit, pending)
+}
+
+#[tokio::test]
+async fn cancel_of_a_pending_running_and_ended_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, running, unit, pending) = a_running_and_a_pending_job(dir.path()).await;
 
     // Not the owner, not admin: refused, nothing changes.
     let err = d.cancel(1001, running, false).await.unwrap_err();
@@ -335,11 +343,7 @@ async fn a_restart_readopts_a_running_unit_records_an_ended_one_and_marks_a_miss
 #[tokio::test]
 async fn a_failed_save_leaves_memory_and_disk_agreeing() {
     let dir = tempfile::tempdir().unwrap();
-    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
-    let (running, unit) = running_job(&d).await;
-    let mut wide = sleep_spec();
-    wide.request.cpus = 4;
-    let pending = d.submit(0, vec![wide]).await.unwrap()[0].id;
+    let (d, running, unit, pending) = a_running_and_a_pending_job(dir.path()).await;
     let disk = on_disk(dir.path());
     d.state.lock().await.store.fail_writes = true;
 
