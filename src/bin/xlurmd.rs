@@ -2,7 +2,18 @@
 use clap::Parser;
 
 fn main() {
-    let options = xlurm::daemon::run::Options::parse();
+    // A bad option is a refusal like any other (exit 78, which the unit's
+    // RestartPreventExitStatus keeps down), not clap's 2: with
+    // Restart=on-failure that would be a restart loop. --help and --version
+    // still exit 0.
+    let options = match xlurm::daemon::run::Options::try_parse() {
+        Ok(o) => o,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            std::process::exit(xlurm::daemon::run::EX_CONFIG);
+        }
+        Err(e) => e.exit(),
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
