@@ -5,14 +5,16 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
 fn tee(args: &[&str]) -> (std::process::Output, String) {
+    tee_into("", args)
+}
+
+/// Runs the wrapper with an output file that held `before` (opened, as the
+/// client does, without truncating it).
+fn tee_into(before: &str, args: &[&str]) -> (std::process::Output, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.txt");
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    std::fs::write(&path, before).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_xlurm"))
         .arg("__tee-output")
         .arg("--")
@@ -49,4 +51,14 @@ fn a_missing_command_exits_203_like_systemd() {
     let (out, _) = tee(&["/nonexistent/cmd"]);
     assert_eq!(out.status.code(), Some(203));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot execute /nonexistent/cmd"));
+}
+
+#[test]
+fn the_output_file_starts_empty_when_the_job_starts() {
+    let (out, file) = tee_into(
+        "an older and much longer run's output\n",
+        &["/bin/echo", "new"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(file, "new\n");
 }

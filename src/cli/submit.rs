@@ -119,6 +119,9 @@ pub struct OutputFile {
     file: std::fs::File,
     opened_as: std::path::PathBuf,
     template: Option<String>,
+    /// Whether this submission created it (only then is it removed when the
+    /// submission is refused).
+    created: bool,
 }
 
 /// Opens `--output PATH` with the user's own rights (no symlink at the end),
@@ -142,18 +145,29 @@ pub fn open_output(path: &str, cwd: &std::path::Path) -> Result<OutputFile> {
     } else {
         (full.clone(), None)
     };
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&opened_as)
-        .map_err(|e| anyhow!("--output {}: {e}", opened_as.display()))?;
+    // Not truncated here: the job truncates it when it starts (`__tee-output`,
+    // as Slurm does), so a file whose submission is refused keeps what it held.
+    let open = |create_new: bool| {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if create_new {
+            o.create_new(true);
+        }
+        o.open(&opened_as)
+    };
+    let (file, created) = match open(true) {
+        Ok(f) => (Ok(f), true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => (open(false), false),
+        Err(e) => (Err(e), false),
+    };
+    let file = file.map_err(|e| anyhow!("--output {}: {e}", opened_as.display()))?;
     Ok(OutputFile {
         file,
         opened_as,
         template,
+        created,
     })
 }
 
@@ -191,8 +205,12 @@ impl OutputFile {
         Ok(())
     }
 
+    /// The submission was refused: a file it created goes, one that was
+    /// there is left as it was.
     fn abandon(&self) {
-        let _ = std::fs::remove_file(&self.opened_as);
+        if self.created {
+            let _ = std::fs::remove_file(&self.opened_as);
+        }
     }
 }
 
@@ -225,6 +243,35 @@ pub(super) async fn submit_with_output(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_existing_output_file_is_neither_truncated_nor_removed_by_a_refused_submission() {
+        let dir = tempfile::tempdir().unwrap();
+        let existing = dir.path().join("results.txt");
+        std::fs::write(&existing, "last week's results\n").unwrap();
+        let o = open_output("results.txt", dir.path()).unwrap();
+        assert!(!o.created);
+        assert_eq!(
+            std::fs::read_to_string(&existing).unwrap(),
+            "last week's results\n"
+        );
+        o.abandon();
+        assert!(
+            existing.exists(),
+            "a refused submission removed the user's file"
+        );
+
+        let o = open_output("new.txt", dir.path()).unwrap();
+        assert!(o.created);
+        o.abandon();
+        assert!(!dir.path().join("new.txt").exists(), "its own file goes");
+
+        std::os::unix::fs::symlink(&existing, dir.path().join("link")).unwrap();
+        assert!(
+            open_output("link", dir.path()).is_err(),
+            "no symlink at the end"
+        );
+    }
 
     #[test]
     fn commands_are_found_as_a_shell_would() {

@@ -23,6 +23,12 @@ pub fn main(argv: &[String]) -> i32 {
     // SAFETY: fd 0 was given to us by systemd (StandardInputFileDescriptor=) and
     // nothing else in this process uses it.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(0) });
+    // The file starts empty when the job starts, as Slurm's `--output` does
+    // (the client opened it without truncating, so a refused submission
+    // leaves it as it was).
+    if let Err(e) = file.set_len(0) {
+        eprintln!("xlurm __tee-output: cannot truncate the output file: {e}");
+    }
     let (reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => {
