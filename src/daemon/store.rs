@@ -288,6 +288,29 @@ impl Store {
     }
 
     /// Forgets job `id` (cleaned away): the next compaction drops its record.
+    /// Removes damaged logs kept aside (`jobs.log.corrupt-<time>`) before
+    /// `cutoff` (seconds since the epoch): they hold environments and
+    /// commands, and are kept for the retention period like the jobs they
+    /// hold. Returns the names removed.
+    pub fn remove_old_damaged_logs(&self, cutoff: u64) -> Vec<String> {
+        let prefix = format!("{LOG}.corrupt-");
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let old = name
+                .strip_prefix(&prefix)
+                .and_then(|t| t.parse::<u64>().ok())
+                .is_some_and(|t| t < cutoff);
+            if old && std::fs::remove_file(e.path()).is_ok() {
+                removed.push(name);
+            }
+        }
+        removed
+    }
+
     pub fn forget(&mut self, id: JobId) {
         self.at.remove(&id);
     }

@@ -309,3 +309,34 @@ fn a_damaged_log_without_room_for_a_copy_stays_in_place() {
     assert!(loaded.warning.expect("reported").contains("kept it as"));
     assert_eq!(loaded.jobs.len(), 1);
 }
+
+/// Damaged logs kept aside hold environments and commands: they go once
+/// older than the retention period, and nothing else in the directory does.
+#[test]
+fn damaged_logs_kept_aside_go_after_the_retention_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Store::open(dir.path()).unwrap();
+    for name in [
+        "jobs.log.corrupt-100",
+        "jobs.log.corrupt-5000",
+        "jobs.log.corrupt-x",
+        "other-100",
+    ] {
+        std::fs::write(dir.path().join(name), "SECRET=1\n").unwrap();
+    }
+    assert_eq!(
+        s.remove_old_damaged_logs(1000),
+        vec!["jobs.log.corrupt-100"]
+    );
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with(LOG) || n.contains("corrupt"))
+        .filter(|n| n != "scripts")
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec!["jobs.log.corrupt-5000", "jobs.log.corrupt-x", "other-100"]
+    );
+}

@@ -111,6 +111,9 @@ impl<U: Units> Daemon<U> {
             keep
         });
         st.retired += removed;
+        for name in st.store.remove_old_damaged_logs(cutoff / 1_000_000) {
+            tracing::info!("removed {name}: kept aside longer than the retention period");
+        }
         let old: Vec<JobId> = st
             .jobs
             .values()
