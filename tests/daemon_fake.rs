@@ -1687,3 +1687,40 @@ async fn a_lost_bus_connection_is_noticed() {
         .await
         .expect("the lost bus was noticed");
 }
+
+/// The xlurmd binary itself, in `--user` mode on a private bus with the
+/// systemd double as its manager: when the bus goes away it exits 69
+/// (EX_UNAVAILABLE: `Restart=on-failure` restarts it), not 0 and not 78.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xlurmd_exits_69_when_its_bus_goes_away() {
+    let mut e = env(Mode::Instant).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_xlurmd"))
+        .args([
+            "--user",
+            "--no-cgroup-check",
+            "--backends",
+            "none",
+            "--state-dir",
+        ])
+        .arg(e.state.path())
+        .env("DBUS_SESSION_BUS_ADDRESS", &e.bus.address)
+        .env_remove("JOURNAL_STREAM")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let c = client(&e).await;
+    let t0 = Instant::now();
+    while c.get_machine().await.is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "xlurmd never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    e.bus.kill();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("xlurmd exited")
+        .unwrap();
+    assert_eq!(status.code(), Some(69));
+}
