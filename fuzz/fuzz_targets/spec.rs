@@ -13,7 +13,7 @@ mod invariants;
 use invariants::{check, to_map, HOSTILE_KEYS, V};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use xlurm::daemon::spec::KEYS;
+use xlurm::wire::spec::KEYS;
 
 const TEXTS: [&str; 16] = [
     "/",
