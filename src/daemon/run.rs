@@ -3,7 +3,7 @@
 use super::api::{SchedulerApi, BUS_NAME, PATH};
 use super::service::{Change, Daemon, Settings, State};
 use super::store::Store;
-use super::systemd::Systemd;
+use super::systemd::{Systemd, Units};
 use super::unit::UnitSettings;
 use crate::core::request::{parse_bytes, parse_duration_secs};
 use crate::core::{IdSet, Limits, Machine, Policy, Reserve, Scheduler};
@@ -355,14 +355,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     if let Some(w) = &loaded.warning {
         tracing::error!("{w}");
     }
-    let mut sched = Scheduler::new(cfg.machine, cfg.policy, cfg.limits);
-    for job in loaded
-        .jobs
-        .values()
-        .filter(|j| j.state == super::job::JobState::Pending)
-    {
-        sched.enqueue(job.id, job.demand.clone());
-    }
+    let sched = Scheduler::new(cfg.machine, cfg.policy, cfg.limits);
     let settings = Settings {
         unit: UnitSettings {
             slice: cfg.slice.clone(),

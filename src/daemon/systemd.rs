@@ -315,39 +315,6 @@ pub trait Units: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<Option<UnitStatus>>> + Send;
 }
 
-impl Units for Systemd {
-    async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
-        Systemd::start(self, unit, props).await.map(|_| ())
-    }
-    async fn start_loaded(&self, unit: &str) -> zbus::Result<()> {
-        Systemd::start_loaded(self, unit).await
-    }
-    async fn stop(&self, unit: &str) -> zbus::Result<()> {
-        Systemd::stop(self, unit).await
-    }
-    async fn reset_failed(&self, unit: &str) {
-        Systemd::reset_failed(self, unit).await
-    }
-    async fn collect(&self, unit: &str, how: Collect) {
-        Systemd::collect(self, unit, how).await
-    }
-    fn memory_peak_now(&self, unit: &str) -> Option<u64> {
-        Systemd::memory_peak_now(self, unit)
-    }
-    async fn accounting(&self, unit: &str, status: UnitStatus) -> UnitStatus {
-        Systemd::accounting(self, unit, status).await
-    }
-    async fn list(&self, pattern: &str) -> Result<Vec<String>> {
-        Systemd::list(self, pattern).await
-    }
-    async fn states(&self, pattern: &str) -> Result<HashMap<String, (String, String, bool)>> {
-        Systemd::states(self, pattern).await
-    }
-    async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
-        Systemd::status(self, unit).await
-    }
-}
-
 impl Systemd {
     /// Connects to the manager on `conn` and subscribes to its signals.
     pub async fn connect(conn: &Connection) -> Result<Systemd> {
@@ -381,22 +348,21 @@ impl Systemd {
     pub async fn version(&self) -> Result<String> {
         Ok(self.manager.version().await?)
     }
+}
 
+impl Units for Systemd {
     /// Starts `unit` with `props`; fails if systemd refuses the properties or
     /// the unit exists.
-    pub async fn start(
-        &self,
-        unit: &str,
-        props: &[(&str, Variant<'_>)],
-    ) -> zbus::Result<OwnedObjectPath> {
+    async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
         self.manager
             .start_transient_unit(unit, "fail", props, &[])
             .await
+            .map(|_| ())
     }
 
     /// Starts a loaded unit that has not run (a transient unit whose start job
     /// was lost when systemd re-executed).
-    pub async fn start_loaded(&self, unit: &str) -> zbus::Result<()> {
+    async fn start_loaded(&self, unit: &str) -> zbus::Result<()> {
         self.manager
             .start_unit_by_name(unit, "fail")
             .await
@@ -404,18 +370,18 @@ impl Systemd {
     }
 
     /// Asks systemd to stop `unit` (SIGTERM to its whole cgroup, then SIGKILL).
-    pub async fn stop(&self, unit: &str) -> zbus::Result<()> {
+    async fn stop(&self, unit: &str) -> zbus::Result<()> {
         self.manager.stop_unit(unit, "replace").await.map(|_| ())
     }
 
     /// Lets systemd forget a failed unit after its result was recorded.
-    pub async fn reset_failed(&self, unit: &str) {
+    async fn reset_failed(&self, unit: &str) {
         let _ = self.manager.reset_failed_unit(unit).await;
     }
 
     /// Lets systemd forget a finished unit, after its result was recorded
     /// (see [`Collect`] for what that takes).
-    pub async fn collect(&self, unit: &str, how: Collect) {
+    async fn collect(&self, unit: &str, how: Collect) {
         if how.stop {
             let _ = self.manager.stop_unit(unit, "replace").await;
         }
@@ -428,7 +394,7 @@ impl Systemd {
     /// (`memory.peak`; systemd removes the cgroup as soon as the job's
     /// processes are gone, and only systemd 256 and later keep the figure as
     /// `MemoryPeak`). `None` if it cannot be read.
-    pub fn memory_peak_now(&self, unit: &str) -> Option<u64> {
+    fn memory_peak_now(&self, unit: &str) -> Option<u64> {
         read_memory_peak(&self.job_cgroups.as_ref()?.join(unit))
     }
 
@@ -436,7 +402,7 @@ impl Systemd {
     /// not signal: CPU time and memory peak (small reads, not `GetAll`; the
     /// peak only where systemd has it). Either may stay unknown; the job's end
     /// is known already.
-    pub async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
+    async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
         let service = "org.freedesktop.systemd1.Service";
         let read = |name: &'static str| {
             let conn = self.conn.clone();
@@ -469,7 +435,7 @@ impl Systemd {
     }
 
     /// Names of loaded units matching `pattern`.
-    pub async fn list(&self, pattern: &str) -> Result<Vec<String>> {
+    async fn list(&self, pattern: &str) -> Result<Vec<String>> {
         let units = self
             .manager
             .list_units_by_patterns(&[], &[pattern])
@@ -480,7 +446,7 @@ impl Systemd {
 
     /// ActiveState, SubState and whether a job is queued, of each loaded
     /// unit matching `pattern`, by name: one call for all of them.
-    pub async fn states(&self, pattern: &str) -> Result<HashMap<String, (String, String, bool)>> {
+    async fn states(&self, pattern: &str) -> Result<HashMap<String, (String, String, bool)>> {
         let units = self
             .manager
             .list_units_by_patterns(&[], &[pattern])
@@ -493,7 +459,7 @@ impl Systemd {
     }
 
     /// The status of `unit`, or `None` when systemd has no such unit loaded.
-    pub async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
+    async fn status(&self, unit: &str) -> Result<Option<UnitStatus>> {
         // Only "no such unit" means gone; any other error (systemd re-executing,
         // the bus busy) is an error, so the job is looked at again later.
         match self.manager.get_unit(unit).await {

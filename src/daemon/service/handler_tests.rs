@@ -22,14 +22,7 @@ async fn daemon_on(
         max_lifetime_secs: 3600,
         min_job_mem: 64 << 20,
     };
-    let mut sched = Scheduler::new(machine, Policy::FifoStrict, limits);
-    for job in loaded
-        .jobs
-        .values()
-        .filter(|j| j.state == JobState::Pending)
-    {
-        sched.enqueue(job.id, job.demand.clone());
-    }
+    let sched = Scheduler::new(machine, Policy::FifoStrict, limits);
     let settings = Settings {
         unit: UnitSettings {
             slice: "xlurm.slice".into(),

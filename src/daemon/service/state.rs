@@ -71,7 +71,9 @@ impl Found<'_> {
 }
 
 impl State {
-    pub fn new(sched: Scheduler, loaded: Loaded, store: Store) -> State {
+    /// The tables for what the store loaded: its pending jobs are queued in
+    /// `sched` and counted per user.
+    pub fn new(mut sched: Scheduler, loaded: Loaded, store: Store) -> State {
         let mut pending_per_user = HashMap::new();
         for j in loaded
             .jobs
@@ -79,6 +81,7 @@ impl State {
             .filter(|j| j.state == JobState::Pending)
         {
             *pending_per_user.entry(j.uid).or_insert(0) += 1;
+            sched.enqueue(j.id, j.demand.clone());
         }
         State {
             sched,
