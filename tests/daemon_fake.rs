@@ -26,6 +26,8 @@ struct Env {
     recheck: Duration,
     /// Where finished units's accounting is read (None: asked of systemd).
     job_cgroups: Option<std::path::PathBuf>,
+    /// `--list-is-public` (true by default).
+    public: bool,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -42,6 +44,7 @@ async fn env(mode: Mode) -> Env {
         linger: Duration::from_secs(600),
         recheck: Duration::from_secs(5),
         job_cgroups: None,
+        public: true,
     }
 }
 
@@ -63,7 +66,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         slice: "xlurm.slice".into(),
         max_pending_per_user: 5,
         retention_secs: 3600,
-        list_is_public: true,
+        list_is_public: e.public,
         journalctl: e.journalctl.clone(),
         recheck: e.recheck,
         job_cgroups: e.job_cgroups.clone(),
@@ -995,6 +998,88 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
         }
     }
     assert!(saw.contains(&"FAILED".to_string()), "{saw:?}");
+}
+
+/// The node names under `path` as xlurmd's introspection lists them.
+async fn child_nodes(conn: &zbus::Connection, path: &str) -> Vec<String> {
+    let intro = zbus::fdo::IntrospectableProxy::builder(conn)
+        .destination("org.xlurm.Scheduler1")
+        .path(path)
+        .build()
+        .await
+        .unwrap();
+    match intro.introspect().await {
+        Ok(xml) => xml
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("<node name=\""))
+            .map(|l| l.trim_end_matches("\">").to_string())
+            .collect(),
+        Err(_) => vec![],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_queue_publishes_no_job_objects_and_tells_only_who_asked() {
+    use futures_util::StreamExt;
+    let mut e = env(Mode::Run).await;
+    e.public = false;
+    let (_d, _c) = daemon(&e).await;
+    let owner = client(&e).await;
+    let other = client(&e).await;
+    let mut heard = owner.receive_job_state_changed().await.unwrap();
+    let mut overheard = other.receive_job_state_changed().await.unwrap();
+    let (id, _) = owner
+        .submit(spec(&["/bin/sh", "-c", "sleep 0.3; exit 4"]))
+        .await
+        .unwrap();
+    let conn = e.bus.connect().await.unwrap();
+    assert!(
+        child_nodes(&conn, "/org/xlurm/Scheduler1/job")
+            .await
+            .is_empty()
+            && !child_nodes(&conn, "/org/xlurm/Scheduler1")
+                .await
+                .contains(&"job".to_string()),
+        "a private queue lists no job objects"
+    );
+    let props = zbus::fdo::PropertiesProxy::builder(&conn)
+        .destination("org.xlurm.Scheduler1")
+        .path(format!("/org/xlurm/Scheduler1/job/{id}"))
+        .build()
+        .await
+        .unwrap();
+    let iface = zbus::names::InterfaceName::try_from("org.xlurm.Job1").unwrap();
+    assert!(
+        props.get_all(iface).await.is_err(),
+        "no object for job {id}"
+    );
+    wait_state(&owner, id, "FAILED").await;
+    // The submitter heard each change, unicast; the other connection nothing.
+    let mut states = Vec::new();
+    while let Ok(Some(sig)) = tokio::time::timeout(Duration::from_secs(2), heard.next()).await {
+        let a = sig.args().unwrap();
+        assert_eq!(a.id, id);
+        assert_eq!(
+            sig.message().header().destination().map(|d| d.to_string()),
+            owner
+                .inner()
+                .connection()
+                .unique_name()
+                .map(|n| n.to_string()),
+            "unicast"
+        );
+        states.push(a.state.to_string());
+        if a.state == "FAILED" {
+            break;
+        }
+    }
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("FAILED"),
+        "{states:?}"
+    );
+    let leak = tokio::time::timeout(Duration::from_millis(500), overheard.next()).await;
+    assert!(leak.is_err(), "another connection heard: {leak:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

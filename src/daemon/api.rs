@@ -4,9 +4,10 @@
 //! never by anything they send. Admin actions go through polkit with the
 //! caller's unique bus name as subject.
 
+use super::audience::Audience;
 use super::job::Job;
 use super::listing;
-use super::service::Daemon;
+use super::service::{no_such_job, owns, Daemon, Sight};
 use super::spec;
 use crate::core::{Policy, Vendor};
 use crate::wire::error::{ApiError, ApiResult};
@@ -28,6 +29,8 @@ pub struct SchedulerApi {
     pub daemon: Arc<Daemon>,
     /// Without a bus broker (tests over a p2p connection) everyone is this uid.
     pub fixed_uid: Option<u32>,
+    /// Who hears of a job's changes (see `audience`).
+    pub audience: Arc<Audience>,
 }
 
 fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
@@ -153,6 +156,39 @@ impl SchedulerApi {
             .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
     }
 
+    /// Whether the caller acts as an admin (polkit) on job `id`: asked only
+    /// where the answer matters, someone else's job (to act on it, `act`, or
+    /// to see it on a private queue). On a private queue polkit is asked for
+    /// a job that does not exist too, so that no prompt or delay tells
+    /// someone else's job from none.
+    async fn admin_for(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        uid: u32,
+        id: u64,
+        act: bool,
+    ) -> ApiResult<bool> {
+        let public = self.daemon.settings.list_is_public;
+        let owner = self.daemon.state.lock().await.find(id).map(|j| j.uid());
+        let ask = match owner {
+            Some(o) => !owns(uid, o) && (act || !public),
+            None => !public && uid != 0,
+        };
+        if ask {
+            self.authorized(conn, hdr, uid).await
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// The caller, who may see job `id` in full, hears of its changes.
+    fn listen(&self, hdr: &Header<'_>, id: u64) {
+        if let Some(sender) = hdr.sender() {
+            self.audience.listen(id, sender);
+        }
+    }
+
     /// The caller and the listing filter it asked for, if it may.
     async fn list_filter(
         &self,
@@ -161,15 +197,15 @@ impl SchedulerApi {
         filter: &Dict,
     ) -> ApiResult<(u32, listing::Filter)> {
         let uid = self.caller(conn, hdr).await?;
-        let f = listing::Filter::parse(filter)?;
+        let mut f = listing::Filter::parse(filter)?;
+        // On a private queue everyone but admins sees their own jobs only, as
+        // Slurm's PrivateData=jobs does: the listing narrows, it does not fail.
         if f.all_users
             && !self.daemon.settings.list_is_public
             && uid != 0
             && !self.authorized(conn, hdr, uid).await?
         {
-            return Err(ApiError::PermissionDenied(
-                "the queue of other users is private here (admin option --list-is-public)".into(),
-            ));
+            f.all_users = false;
         }
         Ok((uid, f))
     }
@@ -241,6 +277,7 @@ impl SchedulerApi {
             .submit_with_output(uid, vec![spec], output)
             .await?
             .remove(0);
+        self.listen(&hdr, s.id);
         let mut info = Dict::new();
         put(&mut info, "mem", s.mem_bytes);
         put(&mut info, "mem_default", s.mem_default);
@@ -268,13 +305,17 @@ impl SchedulerApi {
                     .map_err(|e| ApiError::InvalidArgs(format!("job {}: {}", i + 1, e.0)))?,
             );
         }
-        Ok(self
+        let ids: Vec<u64> = self
             .daemon
             .submit(uid, parsed)
             .await?
             .into_iter()
             .map(|s| s.id)
-            .collect())
+            .collect();
+        for &id in &ids {
+            self.listen(&hdr, id);
+        }
+        Ok(ids)
     }
 
     /// Cancels a job: the owner's, or anyone's with the admin authorization.
@@ -287,11 +328,7 @@ impl SchedulerApi {
         id: u64,
     ) -> Result<String, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
-        let owner = self.daemon.state.lock().await.jobs.get(&id).map(|j| j.uid);
-        let admin = match owner {
-            Some(o) if o != uid && uid != 0 => self.authorized(conn, &hdr, uid).await?,
-            _ => false,
-        };
+        let admin = self.admin_for(conn, &hdr, uid, id, true).await?;
         Ok(self.daemon.cancel(uid, id, admin).await?.name().to_string())
     }
 
@@ -304,24 +341,17 @@ impl SchedulerApi {
         id: u64,
     ) -> Result<Dict, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
+        let admin = self.admin_for(conn, &hdr, uid, id, false).await?;
         let st = self.daemon.state.lock().await;
-        let found = st.find(id).ok_or_else(|| {
-            ApiError::NoSuchJob(format!(
-                "no job {id} (finished jobs are kept for a while, then cleaned)"
-            ))
-        })?;
-        let own = super::service::owns(uid, found.uid());
-        if !own && !self.daemon.settings.list_is_public {
-            return Err(ApiError::PermissionDenied(format!(
-                "job {id} belongs to {}",
-                found.user()
-            )));
-        }
+        let own = self.daemon.sight_of(&st, uid, id, admin)? == Sight::Own;
         let job = st
             .full(id)
             .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
-            .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+            .ok_or_else(|| no_such_job(id))?;
         let reason = st.sched.reason(id).map(|r| r.to_string());
+        if own && !job.state.is_final() {
+            self.listen(&hdr, id);
+        }
         Ok(job_dict(&job, reason, own))
     }
 
@@ -380,6 +410,9 @@ impl SchedulerApi {
             return Err(ApiError::InvalidArgs("cursor too long".into()));
         }
         let page = self.daemon.read_log(uid, id, cursor, max_lines).await?;
+        if !page.state.is_final() {
+            self.listen(&hdr, id);
+        }
         Ok((
             page.lines,
             page.cursor,
@@ -390,8 +423,21 @@ impl SchedulerApi {
 
     /// The machine: NUMA nodes, devices with states and holders, policy and limits.
     #[zbus(out_args("machine"))]
-    async fn get_machine(&self) -> Result<Dict, ApiError> {
+    async fn get_machine(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Dict, ApiError> {
+        // On a private queue a device's holder is shown to the job's owner only.
+        let viewer = match self.daemon.settings.list_is_public {
+            true => None,
+            false => Some(self.caller(conn, &hdr).await?),
+        };
         let st = self.daemon.state.lock().await;
+        let shown = |id: &u64| match viewer {
+            None => true,
+            Some(uid) => st.find(*id).is_some_and(|j| owns(uid, j.uid())),
+        };
         let m = st.sched.machine();
         let free = st.sched.free();
         let nodes: Vec<Dict> = m
@@ -438,7 +484,11 @@ impl SchedulerApi {
                 };
                 put(&mut d, "health", health);
                 put(&mut d, "monitoring_error", err);
-                put(&mut d, "job", st.sched.holder(slot).unwrap_or(0));
+                put(
+                    &mut d,
+                    "job",
+                    st.sched.holder(slot).filter(shown).unwrap_or(0),
+                );
                 d
             })
             .collect();
@@ -538,7 +588,9 @@ impl SchedulerApi {
         Ok(())
     }
 
-    /// Emitted when a job enters a new state.
+    /// Emitted when a job enters a new state: broadcast on a public queue; on
+    /// a private one (`--list-is-public=false`) sent only to the connections
+    /// of the job's owner that submitted it or read it (GetJob, ReadLog).
     #[zbus(signal)]
     pub async fn job_state_changed(
         em: &SignalEmitter<'_>,

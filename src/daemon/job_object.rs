@@ -4,7 +4,8 @@
 //! ends (`OBJECT_LINGER` by default), so a client watching it sees the final state;
 //! afterwards `GetJob` still answers for as long as the job is retained.
 //! Properties carry the queue summary only (never command, environment or
-//! output), so they are readable by everyone like the queue itself.
+//! output), so they are readable by everyone like the queue itself. On a
+//! private queue jobs have no objects at all (see `audience`).
 
 use super::job::{Job, JobState};
 use super::service::Daemon;
@@ -52,7 +53,7 @@ impl JobObject {
             .await
             .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))?;
         let owner = self.with(|j| j.uid, uid).await;
-        if owner != uid && uid != 0 {
+        if !super::service::owns(uid, owner) {
             return Err(ApiError::PermissionDenied(format!(
                 "job {} is not yours; admins cancel it through org.xlurm.Scheduler1.Cancel",
                 self.id
@@ -233,23 +234,52 @@ pub async fn invocation_known(conn: &Connection, id: JobId) {
     }
 }
 
-/// Publishes, updates and retires job objects as jobs change state.
-pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state: JobState) {
+/// Publishes, updates and retires job objects as jobs change state. On a
+/// private queue (`publish` false) jobs have no objects (see `audience`);
+/// a finished job still goes into brief after the same while.
+pub async fn on_change(
+    conn: &Connection,
+    daemon: &Arc<Daemon>,
+    id: JobId,
+    state: JobState,
+    publish: bool,
+) {
     let path = job_path(id);
-    let server = conn.object_server();
-    if state == JobState::Pending {
-        let _ = server
-            .at(
-                path.as_str(),
-                JobObject {
-                    daemon: daemon.clone(),
-                    id,
-                },
-            )
-            .await;
-        return;
+    if publish {
+        update_object(conn, daemon, &path, id, state).await;
     }
-    if let Ok(iface) = server.interface::<_, JobObject>(path.as_str()).await {
+    if state.is_final() {
+        let conn = conn.clone();
+        let linger = daemon.settings.object_linger;
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            let _ = conn
+                .object_server()
+                .remove::<JobObject, _>(path.as_str())
+                .await;
+            // Nobody watches it closely any more: keep it in brief.
+            daemon.state.lock().await.retire(id);
+        });
+    }
+}
+
+/// Puts job `id`'s object on the bus, or tells its watchers what changed.
+async fn update_object(
+    conn: &Connection,
+    daemon: &Arc<Daemon>,
+    path: &str,
+    id: JobId,
+    state: JobState,
+) {
+    let server = conn.object_server();
+    let object = || JobObject {
+        daemon: daemon.clone(),
+        id,
+    };
+    if state == JobState::Pending {
+        let _ = server.at(path, object()).await;
+    } else if let Ok(iface) = server.interface::<_, JobObject>(path).await {
         let changed = {
             let st = daemon.state.lock().await;
             st.jobs.get(&id).map(changed_properties)
@@ -265,28 +295,6 @@ pub async fn on_change(conn: &Connection, daemon: &Arc<Daemon>, id: JobId, state
             .await;
         }
     } else if !state.is_final() {
-        let _ = server
-            .at(
-                path.as_str(),
-                JobObject {
-                    daemon: daemon.clone(),
-                    id,
-                },
-            )
-            .await;
-    }
-    if state.is_final() {
-        let conn = conn.clone();
-        let linger = daemon.settings.object_linger;
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(linger).await;
-            let _ = conn
-                .object_server()
-                .remove::<JobObject, _>(path.as_str())
-                .await;
-            // Nobody watches it closely any more: keep it in brief.
-            daemon.state.lock().await.retire(id);
-        });
+        let _ = server.at(path, object()).await;
     }
 }

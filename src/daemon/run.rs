@@ -406,9 +406,13 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         }
     }
 
+    let audience = Arc::new(super::audience::Audience::new(
+        daemon.settings.list_is_public,
+    ));
     let api = SchedulerApi {
         daemon: daemon.clone(),
         fixed_uid: None,
+        audience: audience.clone(),
     };
     conn.object_server()
         .at(PATH, api)
@@ -438,15 +442,18 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 .map(|j| (j.id, j.state))
                 .collect()
         };
+        let publish = audience.public();
         for (id, state) in active {
-            super::job_object::on_change(&conn, &daemon, id, state).await;
+            super::job_object::on_change(&conn, &daemon, id, state, publish).await;
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, change)) = changes.recv().await {
                 let state = match change {
                     Change::State(state) => state,
                     Change::Invocation => {
-                        super::job_object::invocation_known(&conn, id).await;
+                        if publish {
+                            super::job_object::invocation_known(&conn, id).await;
+                        }
                         continue;
                     }
                 };
@@ -456,8 +463,16 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                         super::output::unstore(id);
                     }
                 }
-                super::job_object::on_change(&conn, &d, id, state).await;
-                if let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) {
+                super::job_object::on_change(&conn, &d, id, state, publish).await;
+                let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) else {
+                    continue;
+                };
+                if publish {
+                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
+                    continue;
+                }
+                for name in audience.listeners(id, state.is_final()) {
+                    let em = em.clone().set_destination(name.into());
                     let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
                 }
             }

@@ -2,26 +2,15 @@
 
 use super::*;
 
-/// Whether caller `uid` may see details of, and act on, a job of `owner`'s
-/// without polkit.
-pub fn owns(uid: u32, owner: u32) -> bool {
-    uid == 0 || uid == owner
-}
-
 impl<U: Units> Daemon<U> {
     /// Cancels a job and returns the state it was in. `admin` says the caller
     /// passed the polkit check for other users' jobs.
     pub async fn cancel(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<JobState> {
         let mut st = self.state.lock().await;
-        let job = st
-            .find(id)
-            .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-        if !owns(uid, job.uid()) && !admin {
-            return Err(ApiError::PermissionDenied(format!(
-                "job {id} belongs to {}; only its owner or an admin may cancel it",
-                job.user()
-            )));
+        if self.sight_of(&st, uid, id, admin)? != Sight::Own && !admin {
+            return Err(self.not_yours(&st, id, " or an admin may cancel it"));
         }
+        let job = st.find(id).ok_or_else(|| no_such_job(id))?;
         let owner = job.uid();
         match job.state() {
             JobState::Pending => {

@@ -15,6 +15,15 @@ async fn daemon_on(
     dir: &std::path::Path,
     units: MemoryUnits,
 ) -> (Arc<Daemon<MemoryUnits>>, Changes) {
+    daemon_with(dir, units, true).await
+}
+
+/// `daemon_on` with the queue public or private (`--list-is-public`).
+async fn daemon_with(
+    dir: &std::path::Path,
+    units: MemoryUnits,
+    public: bool,
+) -> (Arc<Daemon<MemoryUnits>>, Changes) {
     let (store, loaded) = Store::open(dir).unwrap();
     let machine = Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]);
     let limits = Limits {
@@ -33,7 +42,7 @@ async fn daemon_on(
         },
         max_pending_per_user: 3,
         retention_secs: 3600,
-        list_is_public: true,
+        list_is_public: public,
         object_linger: Duration::from_secs(600),
         // No journal: a vanished unit cannot be told apart from a lost start.
         journalctl: "/nonexistent/journalctl".into(),
@@ -367,4 +376,50 @@ async fn a_failed_save_leaves_memory_and_disk_agreeing() {
     d.schedule().await;
     wait_state(&d, pending, JobState::Running).await;
     assert_eq!(on_disk(dir.path())[&pending], JobState::Running);
+}
+
+#[tokio::test]
+async fn a_private_queue_answers_about_someone_elses_job_as_about_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), false).await;
+    let (running, unit) = running_job(&d).await;
+    let id = d.submit(1000, vec![sleep_spec()]).await.unwrap()[0].id;
+    let none = 999;
+    let text = |e: ApiError| format!("{e:?}").replace(&none.to_string(), "N");
+    for job in [running, id] {
+        let same = |e: ApiError| format!("{e:?}").replace(&job.to_string(), "N");
+        let cancel = d.cancel(1001, job, false).await.unwrap_err();
+        assert_eq!(
+            same(cancel),
+            text(d.cancel(1001, none, false).await.unwrap_err())
+        );
+        let read = d.read_log(1001, job, "", 10).await.unwrap_err();
+        assert_eq!(
+            same(read),
+            text(d.read_log(1001, none, "", 10).await.unwrap_err())
+        );
+        let st = d.state.lock().await;
+        let seen = d.sight_of(&st, 1001, job, false).unwrap_err();
+        assert!(matches!(seen, ApiError::NoSuchJob(_)), "{seen:?}");
+    }
+    assert_eq!(d.systemd.calls("stop", &unit), 0);
+    assert_eq!(job(&d, id).await.state, JobState::Pending);
+    // Its owner, root and an admin still reach it.
+    let st = d.state.lock().await;
+    assert_eq!(d.sight_of(&st, 1000, id, false).unwrap(), Sight::Own);
+    assert_eq!(d.sight_of(&st, 0, id, false).unwrap(), Sight::Own);
+    assert_eq!(d.sight_of(&st, 1001, id, true).unwrap(), Sight::Summary);
+    drop(st);
+    assert_eq!(d.cancel(1001, id, true).await.unwrap(), JobState::Pending);
+}
+
+#[tokio::test]
+async fn a_public_queue_names_the_owner_when_it_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let id = d.submit(1000, vec![sleep_spec()]).await.unwrap()[0].id;
+    let err = d.cancel(1001, id, false).await.unwrap_err();
+    assert!(matches!(err, ApiError::PermissionDenied(_)), "{err:?}");
+    let err = d.read_log(1001, id, "", 10).await.unwrap_err();
+    assert!(matches!(err, ApiError::PermissionDenied(_)), "{err:?}");
 }

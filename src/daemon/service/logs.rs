@@ -26,19 +26,13 @@ impl<U: Units> Daemon<U> {
     ) -> ApiResult<LogPage> {
         let (src, state) = {
             let st = self.state.lock().await;
-            let found = st
-                .find(id)
-                .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
-            if !owns(uid, found.uid()) {
-                return Err(ApiError::PermissionDenied(format!(
-                    "job {id} belongs to {}; only its owner and root may read its output",
-                    found.user()
-                )));
+            if self.sight_of(&st, uid, id, false)? != Sight::Own {
+                return Err(self.not_yours(&st, id, " and root may read its output"));
             }
             let job = st
                 .full(id)
                 .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
-                .ok_or_else(|| ApiError::NoSuchJob(format!("no job {id}")))?;
+                .ok_or_else(|| no_such_job(id))?;
             (self.log_source(&job), job.state)
         };
         let mut out = LogPage {

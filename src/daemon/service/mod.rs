@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::{Mutex, Notify};
 
+mod access;
 mod accounts;
 mod cancel;
 mod launch;
@@ -27,9 +28,9 @@ mod reconcile;
 mod state;
 mod submit;
 
+pub use access::{no_such_job, owns, sight, Sight};
 pub use accounts::{resolve_run_as, Recent};
 use accounts::{user_name, ACCOUNT_REUSE};
-pub use cancel::owns;
 pub use logs::LogPage;
 pub use state::{Found, State};
 use submit::write_script;
