@@ -74,7 +74,10 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
         state_dir,
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
-        max_pending_per_user: 1_000_000,
+        budget: xlurm::core::Budget {
+            jobs: 1_000_000,
+            ..Default::default()
+        },
         retention_secs: 86400,
         list_is_public: true,
         journalctl: "journalctl".into(),

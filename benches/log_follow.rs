@@ -73,7 +73,10 @@ async fn main() {
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
-        max_pending_per_user: 100,
+        budget: xlurm::core::Budget {
+            jobs: 100,
+            ..Default::default()
+        },
         retention_secs: 3600,
         list_is_public: true,
         journalctl: jctl.to_string_lossy().into_owned(),

@@ -64,7 +64,10 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
-        max_pending_per_user: 5,
+        budget: xlurm::core::Budget {
+            jobs: 5,
+            ..Default::default()
+        },
         retention_secs: 3600,
         list_is_public: e.public,
         journalctl: e.journalctl.clone(),
@@ -1119,6 +1122,14 @@ async fn output_descriptors_must_be_writable_regular_files() {
     s.extend([entry("output_fd", "not-an-fd")]);
     assert!(error_name(c.submit(s).await.unwrap_err()).contains("must have type h"));
     let writable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // The path shown for it is bounded like every path.
+    let mut long = with_fd(zbus::Fd::from(&writable));
+    long.extend([entry("output_path", "/".to_string() + &"x".repeat(4_095))]);
+    let err = error_name(c.submit(long).await.unwrap_err());
+    assert!(
+        err.contains("InvalidArgs") && err.contains("output_path") && err.contains("4095"),
+        "{err}"
+    );
     let (id, _) = c.submit(with_fd(zbus::Fd::from(&writable))).await.unwrap();
     assert!(id > 0);
 }

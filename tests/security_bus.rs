@@ -44,7 +44,10 @@ async fn env() -> Env {
         state_dir: state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),
-        max_pending_per_user: 3,
+        budget: xlurm::core::Budget {
+            jobs: 3,
+            ..Default::default()
+        },
         retention_secs: 3600,
         list_is_public: true,
         journalctl: "journalctl".into(),

@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod books;
+pub mod budget;
 pub mod device;
 pub mod idset;
 pub mod machine;
@@ -18,6 +19,7 @@ pub mod topology;
 pub type JobId = u64;
 
 pub use alloc::Allocation;
+pub use budget::{Budget, OverBudget, Usage};
 pub use device::{Device, DeviceRef, Health, Vendor};
 pub use idset::{CpuSet, IdSet, NodeSet};
 pub use machine::Machine;

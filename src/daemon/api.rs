@@ -137,6 +137,12 @@ fn take_output(spec: &mut Dict) -> Result<Option<(std::os::fd::OwnedFd, String)>
             ApiError::InvalidArgs("spec key \"output_path\" must have type s".into())
         })?,
     };
+    if path.len() > spec::MAX_PATH_BYTES {
+        return Err(ApiError::InvalidArgs(format!(
+            "spec key \"output_path\" is longer than {} bytes",
+            spec::MAX_PATH_BYTES
+        )));
+    }
     let owned = std::os::fd::OwnedFd::try_from(owned)
         .map_err(|e| ApiError::InvalidArgs(format!("cannot take the output descriptor: {e}")))?;
     Ok(Some((owned, path)))

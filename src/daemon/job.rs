@@ -133,7 +133,48 @@ pub struct OutputCopy {
 /// A job's state changes, all of them. Each returns the job as it is to be,
 /// leaving `self` as it is: a handler persists the new record first and
 /// changes memory only once it is on disk, so memory and disk never disagree.
+/// What a record costs besides its strings (its other fields, in memory
+/// and on disk), in bytes.
+pub const RECORD_OVERHEAD: u64 = 512;
+
+/// The bytes `s` takes in a JSON record: quotes and a separator, and six
+/// for each control character (`\u00XX`), two for `"` and `\`.
+fn stored_len(s: &str) -> u64 {
+    let escapes: u64 = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() as u64 + escapes + 3
+}
+
 impl Job {
+    /// What the job holds while it is pending, in memory and in its record,
+    /// counted against its owner's `--max-pending-bytes-per-user`: its name,
+    /// command, environment, script, directory and output path as stored.
+    pub fn held_bytes(&self) -> u64 {
+        let c = &self.command;
+        let strings = std::iter::once(&self.name)
+            .chain(&c.argv)
+            .chain(c.script.iter())
+            .chain(std::iter::once(&c.cwd))
+            .chain(c.env.iter().flatten())
+            .chain(self.output.iter().map(|o| &o.path));
+        RECORD_OVERHEAD + strings.map(|s| stored_len(s)).sum::<u64>()
+    }
+
+    /// What the job holds of its owner's budgets while pending.
+    pub fn usage(&self) -> crate::core::Usage {
+        crate::core::Usage {
+            jobs: 1,
+            bytes: self.held_bytes(),
+            outputs: usize::from(self.output.is_some()),
+        }
+    }
+
     /// PENDING to RUNNING: placed (`alloc`) and started at `now` (µs).
     pub fn started(&self, alloc: crate::core::Allocation, now: u64) -> Job {
         debug_assert_eq!(self.state, JobState::Pending);

@@ -38,6 +38,14 @@ pub struct Options {
     /// Most pending jobs one user may have.
     #[arg(long, default_value_t = 10_000)]
     pub max_pending_per_user: usize,
+    /// Most bytes one user's pending jobs may hold: their commands, environments
+    /// and scripts, in xlurmd's memory and in its job log (e.g. 256M).
+    #[arg(long, default_value = "256M")]
+    pub max_pending_bytes_per_user: String,
+    /// Most pending jobs with an open `--output` file one user may have (each
+    /// holds a descriptor in xlurmd until it starts).
+    #[arg(long, default_value_t = 256)]
+    pub max_output_files_per_user: usize,
     /// Let every user see every job's summary (never commands or output).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub list_is_public: bool,

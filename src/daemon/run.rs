@@ -233,7 +233,12 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         state_dir,
         settings_user_mode: o.user,
         slice: o.slice.clone(),
-        max_pending_per_user: o.max_pending_per_user,
+        budget: crate::core::Budget {
+            jobs: o.max_pending_per_user,
+            bytes: parse_bytes(&o.max_pending_bytes_per_user)
+                .map_err(|e| Refusal(format!("--max-pending-bytes-per-user: {e}")))?,
+            outputs: o.max_output_files_per_user,
+        },
         retention_secs,
         list_is_public: o.list_is_public,
         journalctl: super::journal::JOURNALCTL.into(),
@@ -291,7 +296,8 @@ pub struct ServeConfig {
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
     pub slice: String,
-    pub max_pending_per_user: usize,
+    /// What each user's pending jobs may hold.
+    pub budget: crate::core::Budget,
     pub retention_secs: u64,
     pub list_is_public: bool,
     /// The `journalctl` to read job output and unit history with (tests use a double).
@@ -364,7 +370,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             stop_timeout_usec: 10_000_000,
             tee_path: cfg.tee_path.clone(),
         },
-        max_pending_per_user: cfg.max_pending_per_user,
+        budget: cfg.budget,
         retention_secs: cfg.retention_secs,
         list_is_public: cfg.list_is_public,
         journalctl: cfg.journalctl.clone(),

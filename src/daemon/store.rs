@@ -30,6 +30,14 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// Superseded bytes the log may hold besides twice its live records before
+/// it is compacted.
+pub const COMPACT_SLACK: u64 = 64 << 20;
+
+fn live_bytes(at: &HashMap<JobId, (u64, u32)>) -> u64 {
+    at.values().map(|&(_, n)| u64::from(n)).sum()
+}
+
 pub struct Store {
     dir: PathBuf,
     /// The log, for appending.
@@ -42,6 +50,8 @@ pub struct Store {
     lines: usize,
     /// Where each job's current record is: offset and length (with its newline).
     at: HashMap<JobId, (u64, u32)>,
+    /// The bytes of those current records.
+    live: u64,
     /// Records were appended since the log was last synced ([`Store::append`]).
     unsynced: bool,
     /// Tests: the next writes fail as on a full disk, leaving the log as it is.
@@ -188,6 +198,7 @@ impl Store {
             log,
             len,
             lines: at.len(),
+            live: live_bytes(&at),
             at,
             unsynced: false,
             #[cfg(test)]
@@ -271,7 +282,10 @@ impl Store {
         self.len += buf.len() as u64;
         self.lines += placed.len();
         for (id, off, n) in placed {
-            self.at.insert(id, (off, n));
+            if let Some((_, old)) = self.at.insert(id, (off, n)) {
+                self.live -= u64::from(old);
+            }
+            self.live += u64::from(n);
         }
         Ok(())
     }
@@ -312,7 +326,9 @@ impl Store {
     }
 
     pub fn forget(&mut self, id: JobId) {
-        self.at.remove(&id);
+        if let Some((_, n)) = self.at.remove(&id) {
+            self.live -= u64::from(n);
+        }
     }
 
     /// Records the next job ID, so IDs are never reused even after all jobs
@@ -321,10 +337,16 @@ impl Store {
         write_atomic(&self.dir, NEXT, next.to_string().as_bytes())
     }
 
+    /// Whether the log has grown past twice its live records, counted in
+    /// records or in bytes (a few big records written again and again).
+    fn wants_compaction(&self) -> bool {
+        self.lines > 2 * self.at.len().max(1000) || self.len > 2 * self.live + COMPACT_SLACK
+    }
+
     /// Rewrites the log with each job's current record only, once it has grown
     /// past twice that.
     pub fn maybe_compact(&mut self) -> Result<bool> {
-        if self.lines <= 2 * self.at.len().max(1000) {
+        if !self.wants_compaction() {
             return Ok(false);
         }
         let path = self.dir.join(LOG);
@@ -363,6 +385,7 @@ impl Store {
         self.reader = File::open(&path)?;
         self.len = len;
         self.lines = at.len();
+        self.live = live_bytes(&at);
         self.at = at;
         self.unsynced = false;
         if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {

@@ -340,3 +340,35 @@ fn damaged_logs_kept_aside_go_after_the_retention_period() {
         vec!["jobs.log.corrupt-5000", "jobs.log.corrupt-x", "other-100"]
     );
 }
+
+#[test]
+fn a_log_of_few_big_records_written_again_and_again_is_compacted_by_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, _) = Store::open(dir.path()).unwrap();
+    let mut big: Vec<Job> = (1..=3).map(|id| job(id, JobState::Pending)).collect();
+    for j in &mut big {
+        j.command.script = Some("x".repeat(1 << 20));
+    }
+    // 3 live records of 1 MiB; superseded ones pile up (a pending job's
+    // record is written again at each cancel request, start, ...).
+    let mut writes = 0;
+    while s.len <= 2 * s.live + COMPACT_SLACK {
+        assert!(!s.maybe_compact().unwrap(), "compacted too early");
+        s.save(big.iter()).unwrap();
+        writes += 3;
+    }
+    assert!(
+        writes < 2000,
+        "counted in lines this would wait for 2,000 records"
+    );
+    assert!(s.maybe_compact().unwrap(), "past twice its live bytes");
+    let size = std::fs::metadata(dir.path().join(LOG)).unwrap().len();
+    assert!(
+        size < 4 << 20,
+        "compacted to its live records: {size} bytes"
+    );
+    assert_eq!(s.live, size - header().unwrap().len() as u64);
+    assert_eq!(s.read(2).unwrap().command.script.unwrap().len(), 1 << 20);
+    s.forget(2);
+    assert!(s.live < 3 << 20);
+}

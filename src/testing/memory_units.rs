@@ -21,6 +21,8 @@ pub struct Manager {
     pub refuse_next_start: Option<String>,
     /// Every status read fails (systemd busy or re-executing).
     pub unreadable: bool,
+    /// Units a stop leaves deactivating (their processes take a while).
+    pub slow_stop: std::collections::HashSet<String>,
     /// Starts so far (invocation IDs are numbered by them).
     starts: u32,
 }
@@ -37,6 +39,11 @@ impl MemoryUnits {
     fn with<T>(&self, f: impl FnOnce(&mut Manager) -> T) -> T {
         let mut m = self.m.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut m)
+    }
+
+    /// A stop of `unit` leaves it deactivating until the test ends it.
+    pub fn slow_stop(&self, unit: &str) {
+        self.with(|m| m.slow_stop.insert(unit.to_string()));
     }
 
     fn call(&self, verb: &str, unit: &str) {
@@ -134,10 +141,19 @@ impl Units for MemoryUnits {
 
     async fn stop(&self, unit: &str) -> zbus::Result<()> {
         self.call("stop", unit);
-        // A stopped transient unit is unloaded.
-        self.with(|m| match m.units.remove(unit) {
-            Some(_) => Ok(()),
-            None => Err(zbus::Error::Failure(format!("Unit {unit} not loaded."))),
+        self.with(|m| {
+            if m.slow_stop.contains(unit) {
+                if let Some(u) = m.units.get_mut(unit) {
+                    u.active_state = "deactivating".into();
+                    u.sub_state = "stop-sigterm".into();
+                    return Ok(());
+                }
+            }
+            // A stopped transient unit is unloaded.
+            match m.units.remove(unit) {
+                Some(_) => Ok(()),
+                None => Err(zbus::Error::Failure(format!("Unit {unit} not loaded."))),
+            }
         })
     }
 

@@ -11,7 +11,6 @@ impl<U: Units> Daemon<U> {
             return Err(self.not_yours(&st, id, " or an admin may cancel it"));
         }
         let job = st.find(id).ok_or_else(|| no_such_job(id))?;
-        let owner = job.uid();
         match job.state() {
             JobState::Pending => {
                 // On disk first: a cancel that could not be recorded changes nothing.
@@ -19,7 +18,7 @@ impl<U: Units> Daemon<U> {
                 let job = job.cancelled_pending(uid, now_usec());
                 st.store.save([&job]).map_err(ApiError::from)?;
                 st.sched.dequeue(id);
-                st.pending_done(owner);
+                st.pending_done(id);
                 st.jobs.insert(id, job);
                 drop(st);
                 self.changed(id, JobState::Cancelled);
@@ -29,9 +28,14 @@ impl<U: Units> Daemon<U> {
             JobState::Running => {
                 let unit = crate::unit_name::of_job(id);
                 let job = st.jobs.get(&id).expect("checked above");
-                let job = job.cancel_requested(uid);
-                st.store.save([&job]).map_err(ApiError::from)?;
-                st.jobs.insert(id, job);
+                // Asked again: systemd is asked again (a stop job merges into
+                // the one under way), the record, already saying so, is not
+                // written again.
+                if job.cancel_requested_by.is_none() {
+                    let job = job.cancel_requested(uid);
+                    st.store.save([&job]).map_err(ApiError::from)?;
+                    st.jobs.insert(id, job);
+                }
                 drop(st);
                 if let Err(e) = self.systemd.stop(&unit).await {
                     tracing::warn!("stopping {unit}: {e}");

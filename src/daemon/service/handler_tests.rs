@@ -15,14 +15,14 @@ async fn daemon_on(
     dir: &std::path::Path,
     units: MemoryUnits,
 ) -> (Arc<Daemon<MemoryUnits>>, Changes) {
-    daemon_with(dir, units, true).await
+    daemon_with(dir, units, |_| {}).await
 }
 
-/// `daemon_on` with the queue public or private (`--list-is-public`).
+/// `daemon_on` with its settings changed by `tweak`.
 async fn daemon_with(
     dir: &std::path::Path,
     units: MemoryUnits,
-    public: bool,
+    tweak: impl FnOnce(&mut Settings),
 ) -> (Arc<Daemon<MemoryUnits>>, Changes) {
     let (store, loaded) = Store::open(dir).unwrap();
     let machine = Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]);
@@ -40,13 +40,18 @@ async fn daemon_with(
             stop_timeout_usec: 10_000_000,
             tee_path: "/usr/bin/xlurm".into(),
         },
-        max_pending_per_user: 3,
+        budget: crate::core::Budget {
+            jobs: 3,
+            ..Default::default()
+        },
         retention_secs: 3600,
-        list_is_public: public,
+        list_is_public: true,
         object_linger: Duration::from_secs(600),
         // No journal: a vanished unit cannot be told apart from a lost start.
         journalctl: "/nonexistent/journalctl".into(),
     };
+    let mut settings = settings;
+    tweak(&mut settings);
     let (d, changes) = Daemon::new(State::new(sched, loaded, store), settings, units, vec![]);
     d.readopt().await.unwrap();
     (d, changes)
@@ -381,7 +386,10 @@ async fn a_failed_save_leaves_memory_and_disk_agreeing() {
 #[tokio::test]
 async fn a_private_queue_answers_about_someone_elses_job_as_about_none() {
     let dir = tempfile::tempdir().unwrap();
-    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), false).await;
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| {
+        s.list_is_public = false
+    })
+    .await;
     let (running, unit) = running_job(&d).await;
     let id = d.submit(1000, vec![sleep_spec()]).await.unwrap()[0].id;
     let none = 999;
@@ -422,4 +430,104 @@ async fn a_public_queue_names_the_owner_when_it_refuses() {
     assert!(matches!(err, ApiError::PermissionDenied(_)), "{err:?}");
     let err = d.read_log(1001, id, "", 10).await.unwrap_err();
     assert!(matches!(err, ApiError::PermissionDenied(_)), "{err:?}");
+}
+
+/// A writable descriptor for `--output`, and its path.
+fn output_file(dir: &std::path::Path, n: usize) -> (std::os::fd::OwnedFd, String) {
+    let path = dir.join(format!("out-{n}.txt"));
+    let f = std::fs::File::create(&path).unwrap();
+    (f.into(), path.display().to_string())
+}
+
+#[tokio::test]
+async fn each_budget_refuses_with_limit_exceeded_naming_it_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| {
+        s.budget = crate::core::Budget {
+            jobs: 100,
+            bytes: 3 << 20,
+            outputs: 2,
+        };
+    })
+    .await;
+    let fat = || {
+        let mut s = sleep_spec();
+        s.script = Some("#!/bin/sh\n".to_string() + &"# padding\n".repeat(100_000));
+        s
+    };
+    // Each job holds about 1 MiB: two fit, a third does not.
+    d.submit(1000, vec![fat(), fat()]).await.unwrap();
+    let log = dir.path().join("jobs.log");
+    let size = std::fs::metadata(&log).unwrap().len();
+    let before = d.state.lock().await.usage_of(1000);
+    assert_eq!(before.jobs, 2);
+    assert!(before.bytes > 2 << 20, "{before:?}");
+    let err = d.submit(1000, vec![fat()]).await.unwrap_err();
+    let ApiError::LimitExceeded(text) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(text.contains("--max-pending-bytes-per-user"), "{text}");
+    assert!(text.contains("the limit is 3M"), "{text}");
+    // Control characters count as stored (six bytes each), not as one.
+    let mut ctl = sleep_spec();
+    ctl.env = Some(vec![format!("X={}", "\u{1}".repeat(200_000))]);
+    let err = d.submit(1000, vec![ctl]).await.unwrap_err();
+    assert!(matches!(err, ApiError::LimitExceeded(_)), "{err:?}");
+    assert_eq!(d.state.lock().await.usage_of(1000), before);
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        size,
+        "nothing written"
+    );
+    // Another user has a budget of their own.
+    d.submit(1001, vec![fat()]).await.unwrap();
+
+    // Output descriptors: two pending jobs with --output, not three.
+    for n in 0..2 {
+        d.submit_with_output(1002, vec![sleep_spec()], Some(output_file(files.path(), n)))
+            .await
+            .unwrap();
+    }
+    let err = d
+        .submit_with_output(1002, vec![sleep_spec()], Some(output_file(files.path(), 2)))
+        .await
+        .unwrap_err();
+    let ApiError::LimitExceeded(text) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(text.contains("--max-output-files-per-user"), "{text}");
+    assert_eq!(
+        d.outputs.lock().await.len(),
+        2,
+        "the third descriptor was not kept"
+    );
+    // Without --output the user may still queue.
+    d.submit(1002, vec![sleep_spec()]).await.unwrap();
+
+    // Cancelling gives the budget back.
+    let first = d.state.lock().await.jobs.keys().copied().next().unwrap();
+    d.cancel(1000, first, false).await.unwrap();
+    assert_eq!(d.state.lock().await.usage_of(1000).jobs, 1);
+    d.submit(1000, vec![fat()]).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_repeated_cancel_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let (id, unit) = running_job(&d).await;
+    // The unit takes its time to stop.
+    d.systemd.slow_stop(&unit);
+    assert_eq!(d.cancel(0, id, false).await.unwrap(), JobState::Running);
+    let log = dir.path().join("jobs.log");
+    let size = std::fs::metadata(&log).unwrap().len();
+    for _ in 0..20 {
+        assert_eq!(d.cancel(0, id, false).await.unwrap(), JobState::Running);
+    }
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        size,
+        "no record written again"
+    );
 }

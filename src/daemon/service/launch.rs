@@ -47,7 +47,7 @@ impl<U: Units> Daemon<U> {
             l.extend(started.iter().map(|j| j.id));
         }
         for j in &started {
-            st.pending_done(j.uid);
+            st.pending_done(j.id);
             st.jobs.insert(j.id, j.clone());
         }
         drop(st);

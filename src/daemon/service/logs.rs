@@ -15,6 +15,66 @@ pub struct LogPage {
     pub missing_before: u64,
 }
 
+/// Reads of the journal one user may have under way at once (each opens the
+/// journal's files: descriptors and memory in xlurmd).
+pub const LOG_READS_PER_USER: usize = 4;
+/// Reads of the journal under way at once, all users together.
+pub const LOG_READS: usize = 32;
+/// How long a read waits for its turn before it is refused.
+pub const LOG_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Turns to read the journal: at most [`LOG_READS_PER_USER`] per user and
+/// [`LOG_READS`] in all; a read beyond waits up to [`LOG_READ_WAIT`].
+pub struct LogReads {
+    /// How long a read waits for its turn ([`LOG_READ_WAIT`]).
+    wait: std::time::Duration,
+    all: Arc<tokio::sync::Semaphore>,
+    per_user: std::sync::Mutex<HashMap<u32, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl Default for LogReads {
+    fn default() -> Self {
+        LogReads {
+            wait: LOG_READ_WAIT,
+            all: Arc::new(tokio::sync::Semaphore::new(LOG_READS)),
+            per_user: std::sync::Mutex::default(),
+        }
+    }
+}
+
+/// A turn to read the journal, given back when dropped.
+pub struct LogRead {
+    _user: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl LogReads {
+    /// Waits for user `uid`'s turn to read; refused past [`LOG_READ_WAIT`].
+    pub async fn turn(&self, uid: u32) -> ApiResult<LogRead> {
+        let mine = {
+            let mut m = self.per_user.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry(uid)
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(LOG_READS_PER_USER)))
+                .clone()
+        };
+        let wait = async {
+            let user = mine.acquire_owned().await.ok()?;
+            let all = self.all.clone().acquire_owned().await.ok()?;
+            Some(LogRead {
+                _user: user,
+                _all: all,
+            })
+        };
+        match tokio::time::timeout(self.wait, wait).await {
+            Ok(Some(turn)) => Ok(turn),
+            _ => Err(ApiError::LimitExceeded(format!(
+                "too many reads of job output at once ({LOG_READS_PER_USER} per user, \
+                 {LOG_READS} in all); try again in a moment"
+            ))),
+        }
+    }
+}
+
 impl<U: Units> Daemon<U> {
     /// A page of job `id`'s output after `cursor`, for its owner and root.
     pub async fn read_log(
@@ -44,6 +104,7 @@ impl<U: Units> Daemon<U> {
         if state == JobState::Pending {
             return Ok(out);
         }
+        let _turn = self.log_reads.turn(uid).await?;
         let max = max.clamp(1, 100_000);
         let read = |src| async move {
             crate::daemon::journal::read(src, cursor, max)
@@ -105,5 +166,40 @@ impl<U: Units> Daemon<U> {
             user_mode: self.settings.unit.user_mode,
             journalctl: self.settings.journalctl.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_of_the_journal_are_bounded_per_user_and_in_all() {
+        let reads = LogReads {
+            wait: std::time::Duration::from_millis(50),
+            ..LogReads::default()
+        };
+        let mut held = Vec::new();
+        for _ in 0..LOG_READS_PER_USER {
+            held.push(reads.turn(1000).await.unwrap());
+        }
+        // A fifth read of the same user waits, then is refused, saying why.
+        let err = reads.turn(1000).await.err().expect("refused");
+        assert!(
+            matches!(&err, ApiError::LimitExceeded(t) if t.contains("at once")),
+            "{err:?}"
+        );
+        // Another user reads meanwhile; a turn given back is taken again.
+        let other = reads.turn(1001).await.unwrap();
+        held.pop();
+        held.push(reads.turn(1000).await.unwrap());
+        drop(other);
+        // All users together: at most LOG_READS.
+        for uid in 2000..2000 + (LOG_READS - LOG_READS_PER_USER) as u32 {
+            held.push(reads.turn(uid).await.unwrap());
+        }
+        assert!(reads.turn(3000).await.is_err(), "the 33rd read at once");
+        held.truncate(1);
+        assert!(reads.turn(3000).await.is_ok());
     }
 }

@@ -31,7 +31,7 @@ mod submit;
 pub use access::{no_such_job, owns, sight, Sight};
 pub use accounts::{resolve_run_as, Recent};
 use accounts::{user_name, ACCOUNT_REUSE};
-pub use logs::LogPage;
+pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};
 use submit::write_script;
 pub use submit::{device_setup, DeviceSetup, Submitted};
@@ -43,7 +43,8 @@ pub const MAX_RELAUNCHES: u8 = 3;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub unit: UnitSettings,
-    pub max_pending_per_user: usize,
+    /// What each user's pending jobs may hold.
+    pub budget: crate::core::Budget,
     pub retention_secs: u64,
     pub list_is_public: bool,
     /// How long a finished job's D-Bus object stays (see `job_object`).
@@ -83,6 +84,8 @@ pub struct Daemon<U = Systemd> {
     /// Running jobs' memory peak as last read from their cgroup, for when
     /// systemd reports none at the end (see `sample_memory_peaks`).
     peaks: std::sync::Mutex<HashMap<JobId, u64>>,
+    /// Turns to read the journal (see `LogReads`).
+    log_reads: logs::LogReads,
 }
 
 /// What changed about a job, for the API layer's signals.
@@ -120,6 +123,7 @@ impl<U: Units> Daemon<U> {
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             peaks: std::sync::Mutex::new(HashMap::new()),
+            log_reads: logs::LogReads::default(),
         });
         (d, rx)
     }

@@ -13,7 +13,8 @@ pub struct State {
     pub(super) strings: Strings,
     pub store: Store,
     pub next_id: JobId,
-    pub(super) pending_per_user: HashMap<u32, usize>,
+    /// What each user's pending jobs hold, against their budgets.
+    pub(super) usage: HashMap<u32, crate::core::Usage>,
     /// Jobs retired since memory was last given back (see `State::trim`).
     pub(super) retired: usize,
 }
@@ -74,13 +75,13 @@ impl State {
     /// The tables for what the store loaded: its pending jobs are queued in
     /// `sched` and counted per user.
     pub fn new(mut sched: Scheduler, loaded: Loaded, store: Store) -> State {
-        let mut pending_per_user = HashMap::new();
+        let mut usage: HashMap<u32, crate::core::Usage> = HashMap::new();
         for j in loaded
             .jobs
             .values()
             .filter(|j| j.state == JobState::Pending)
         {
-            *pending_per_user.entry(j.uid).or_insert(0) += 1;
+            usage.entry(j.uid).or_default().add(j.usage());
             sched.enqueue(j.id, j.demand.clone());
         }
         State {
@@ -90,7 +91,7 @@ impl State {
             strings: loaded.strings,
             store,
             next_id: loaded.next_id,
-            pending_per_user,
+            usage,
             retired: 0,
         }
     }
@@ -159,10 +160,28 @@ impl State {
         }
     }
 
-    pub(super) fn pending_done(&mut self, uid: u32) {
-        if let Some(n) = self.pending_per_user.get_mut(&uid) {
-            *n = n.saturating_sub(1);
+    /// Pending job `job` was queued: its owner holds what it holds.
+    pub(super) fn pending_added(&mut self, job: &Job) {
+        self.usage.entry(job.uid).or_default().add(job.usage());
+    }
+
+    /// Pending job `id` leaves the queue (it starts or is cancelled): its
+    /// owner no longer holds what it held. Call before replacing its record.
+    pub(super) fn pending_done(&mut self, id: JobId) {
+        let Some((uid, held)) = self.jobs.get(&id).map(|j| (j.uid, j.usage())) else {
+            return;
+        };
+        if let Some(u) = self.usage.get_mut(&uid) {
+            u.sub(held);
+            if u.is_empty() {
+                self.usage.remove(&uid);
+            }
         }
+    }
+
+    /// What user `uid`'s pending jobs hold.
+    pub fn usage_of(&self, uid: u32) -> crate::core::Usage {
+        self.usage.get(&uid).copied().unwrap_or_default()
     }
 
     pub fn counts(&self) -> (usize, usize) {

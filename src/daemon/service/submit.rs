@@ -45,13 +45,6 @@ impl<U: Units> Daemon<U> {
             })?;
             demands.push(d);
         }
-        let pending = st.pending_per_user.get(&uid).copied().unwrap_or(0);
-        if pending + specs.len() > self.settings.max_pending_per_user {
-            return Err(ApiError::LimitExceeded(format!(
-                "{user} has {pending} pending jobs; the limit is {} (admin option --max-pending-per-user)",
-                self.settings.max_pending_per_user
-            )));
-        }
         let now = now_usec();
         let mut out = Vec::with_capacity(specs.len());
         let mut new_jobs = Vec::with_capacity(specs.len());
@@ -92,6 +85,14 @@ impl<U: Units> Daemon<U> {
                     }),
             });
         }
+        let mut adding = crate::core::Usage::default();
+        for j in &new_jobs {
+            adding.add(j.usage());
+        }
+        if let Err(e) = self.settings.budget.admit(st.usage_of(uid), adding) {
+            st.next_id -= new_jobs.len() as u64;
+            return Err(ApiError::LimitExceeded(format!("{user} has {e}")));
+        }
         if let Err(e) = st.store.save(new_jobs.iter()) {
             st.next_id -= new_jobs.len() as u64;
             tracing::error!("could not record a submission of {user}, nothing was queued: {e:#}");
@@ -102,7 +103,7 @@ impl<U: Units> Daemon<U> {
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
         for job in new_jobs {
             st.sched.enqueue(job.id, job.demand.clone());
-            *st.pending_per_user.entry(uid).or_insert(0) += 1;
+            st.pending_added(&job);
             st.jobs.insert(job.id, job);
         }
         drop(st);
