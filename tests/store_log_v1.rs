@@ -92,6 +92,7 @@ fn job(id: JobId, state: JobState, name: &str, uid: u32, user: &str) -> Job {
         cancel_requested_by: None,
         output: None,
         relaunches: 0,
+        detached: None,
     }
 }
 

@@ -114,6 +114,11 @@ pub struct Job {
     /// before the unit ever ran (see `Daemon::restart_lost`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub relaunches: u8,
+    /// Set while the job waits with its argv, environment and script only in
+    /// its record on disk, not in memory ([`Job::detach`]): the bytes they
+    /// held, still counted against its owner's budget. Never stored.
+    #[serde(skip)]
+    pub detached: Option<u64>,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -156,6 +161,9 @@ impl Job {
     /// counted against its owner's `--max-pending-bytes-per-user`: its name,
     /// command, environment, script, directory and output path as stored.
     pub fn held_bytes(&self) -> u64 {
+        if let Some(held) = self.detached {
+            return held;
+        }
         let c = &self.command;
         let strings = std::iter::once(&self.name)
             .chain(&c.argv)
@@ -164,6 +172,30 @@ impl Job {
             .chain(c.env.iter().flatten())
             .chain(self.output.iter().map(|o| &o.path));
         RECORD_OVERHEAD + strings.map(|s| stored_len(s)).sum::<u64>()
+    }
+
+    /// A pending job whose record is on disk lets go of its argv,
+    /// environment and script in memory: they are read back from the record
+    /// when needed ([`Job::attach`]), at its start or for its owner's
+    /// `GetJob`, and merged into every record written of it meanwhile
+    /// (`Store::save`). A waiting job then costs xlurmd a few hundred bytes.
+    pub fn detach(&mut self) {
+        if self.state != JobState::Pending || self.detached.is_some() {
+            return;
+        }
+        self.detached = Some(self.held_bytes());
+        self.command.argv = Vec::new();
+        self.command.env = None;
+        self.command.script = None;
+    }
+
+    /// Takes back the argv, environment and script of its record `stored`.
+    pub fn attach(&mut self, stored: Job) {
+        if self.detached.take().is_some() {
+            self.command.argv = stored.command.argv;
+            self.command.env = stored.command.env;
+            self.command.script = stored.command.script;
+        }
     }
 
     /// What the job holds of its owner's budgets while pending.
@@ -464,6 +496,7 @@ pub(crate) mod tests_support {
             cancel_requested_by: None,
             output: None,
             relaunches: 0,
+            detached: None,
         }
     }
 }

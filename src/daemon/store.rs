@@ -253,6 +253,17 @@ impl Store {
         let mut placed = Vec::new();
         for job in jobs {
             let start = buf.len();
+            // What a detached job let go of is in its current record.
+            let attached;
+            let job = match job.detached {
+                Some(_) => {
+                    let mut j = job.clone();
+                    j.attach(self.read(job.id)?);
+                    attached = j;
+                    &attached
+                }
+                None => job,
+            };
             serde_json::to_writer(&mut buf, &StoredJob::from(job))?;
             buf.push(b'\n');
             let n = u32::try_from(buf.len() - start).context("a job record over 4 GiB")?;

@@ -531,3 +531,83 @@ async fn a_repeated_cancel_writes_nothing_more() {
         "no record written again"
     );
 }
+
+#[tokio::test]
+async fn a_waiting_job_keeps_its_command_on_disk_not_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let marked = || {
+        let mut s = spec(vec![
+            entry(
+                "argv",
+                vec!["/bin/echo".to_string(), "marker-argv-7".into()],
+            ),
+            entry("cwd", "/"),
+            entry("env", vec!["MARK=env-7".to_string()]),
+        ]);
+        s.script = Some("echo marker-script-7\n".into());
+        s
+    };
+    let in_memory = |j: &Job| {
+        j.command.argv.is_empty() && j.command.env.is_none() && j.command.script.is_none()
+    };
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let ids: Vec<JobId> = d
+        .submit(1000, vec![marked(), marked(), marked()])
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    {
+        let st = d.state.lock().await;
+        for id in &ids {
+            assert!(in_memory(&st.jobs[id]), "job {id} holds its command");
+        }
+        // Its owner still reads it whole, and its budget counts it whole.
+        let full = st.full(ids[0]).unwrap().unwrap();
+        assert_eq!(full.command.argv[1], "marker-argv-7");
+        assert_eq!(full.command.env, Some(vec!["MARK=env-7".to_string()]));
+        assert_eq!(
+            full.command.script.as_deref(),
+            Some("echo marker-script-7\n")
+        );
+        assert_eq!(st.usage_of(1000).bytes, 3 * full.held_bytes());
+    }
+    // A cancel writes the record whole (the command merged back from disk).
+    d.cancel(1000, ids[2], false).await.unwrap();
+    assert_eq!(
+        d.state
+            .lock()
+            .await
+            .store
+            .read(ids[2])
+            .unwrap()
+            .command
+            .argv[1],
+        "marker-argv-7"
+    );
+    drop(d);
+    // After a restart the waiting jobs are detached again; started, a job's
+    // unit gets its whole command back.
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    assert!(in_memory(&d.state.lock().await.jobs[&ids[1]]));
+    assert_eq!(d.state.lock().await.usage_of(1000).jobs, 2);
+    d.schedule().await;
+    let started = wait_state(&d, ids[0], JobState::Running).await;
+    assert_eq!(started.command.argv[1], "marker-argv-7");
+    let unit = crate::unit_name::of_job(ids[0]);
+    for _ in 0..1000 {
+        if d.systemd.unit(&unit).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let props = d.systemd.m.lock().unwrap().started[&unit].join("\n");
+    assert!(props.contains("MARK=env-7"), "{props}");
+    let script = std::fs::read_to_string(unit::script_path(&d.settings.unit, ids[0])).unwrap();
+    assert_eq!(script, "echo marker-script-7\n");
+    // What started no longer counts against the budget.
+    let st = d.state.lock().await;
+    assert_eq!(st.usage_of(1000).jobs, st.counts().0);
+    assert!(st.usage_of(1000).jobs < 2);
+}

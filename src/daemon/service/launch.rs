@@ -30,10 +30,22 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        let started: Vec<Job> = starts
-            .into_iter()
-            .filter_map(|(id, alloc)| Some(st.jobs.get(&id)?.started(alloc, now)))
-            .collect();
+        let mut started: Vec<Job> = Vec::with_capacity(starts.len());
+        for (id, alloc) in starts {
+            // Its argv, environment and script come back from its record.
+            match st.full(id) {
+                Ok(Some(j)) => started.push(j.started(alloc, now)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!("job {id}: reading its record to start it: {e:#}; it waits");
+                    st.sched.finish(id);
+                    if let Some(j) = st.jobs.get(&id) {
+                        let demand = j.demand.clone();
+                        st.sched.enqueue(id, demand);
+                    }
+                }
+            }
+        }
         // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
         if let Err(e) = st.store.save(started.iter()) {
             tracing::error!("recording started jobs failed, putting them back: {e:#}");

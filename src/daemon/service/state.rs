@@ -74,15 +74,16 @@ impl Found<'_> {
 impl State {
     /// The tables for what the store loaded: its pending jobs are queued in
     /// `sched` and counted per user.
-    pub fn new(mut sched: Scheduler, loaded: Loaded, store: Store) -> State {
+    pub fn new(mut sched: Scheduler, mut loaded: Loaded, store: Store) -> State {
         let mut usage: HashMap<u32, crate::core::Usage> = HashMap::new();
         for j in loaded
             .jobs
-            .values()
+            .values_mut()
             .filter(|j| j.state == JobState::Pending)
         {
             usage.entry(j.uid).or_default().add(j.usage());
             sched.enqueue(j.id, j.demand.clone());
+            j.detach();
         }
         State {
             sched,
@@ -108,6 +109,11 @@ impl State {
     /// a while ago.
     pub fn full(&self, id: JobId) -> anyhow::Result<Option<std::borrow::Cow<'_, Job>>> {
         match self.jobs.get(&id) {
+            Some(j) if j.detached.is_some() => {
+                let mut j = j.clone();
+                j.attach(self.store.read(id)?);
+                Ok(Some(std::borrow::Cow::Owned(j)))
+            }
             Some(j) => Ok(Some(std::borrow::Cow::Borrowed(j))),
             None if self.ended.contains(id) => {
                 Ok(Some(std::borrow::Cow::Owned(self.store.read(id)?)))

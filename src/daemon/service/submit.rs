@@ -77,6 +77,7 @@ impl<U: Units> Daemon<U> {
                 outcome: None,
                 cancel_requested_by: None,
                 relaunches: 0,
+                detached: None,
                 output: output
                     .as_ref()
                     .map(|(_, path)| crate::daemon::job::OutputCopy {
@@ -101,9 +102,11 @@ impl<U: Units> Daemon<U> {
             )));
         }
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
-        for job in new_jobs {
+        for mut job in new_jobs {
             st.sched.enqueue(job.id, job.demand.clone());
             st.pending_added(&job);
+            // On disk now: memory keeps what waiting needs.
+            job.detach();
             st.jobs.insert(job.id, job);
         }
         drop(st);
