@@ -175,7 +175,11 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     assert_eq!(u64::try_from(p("MemorySwapMax")).unwrap(), 0);
     assert_eq!(String::try_from(p("DevicePolicy")).unwrap(), "closed");
     assert_eq!(String::try_from(p("Slice")).unwrap(), "xlurm.slice");
-    assert_eq!(String::try_from(p("User")).unwrap(), "root");
+    // By number (the caller's uid as the bus told it), never by name.
+    assert_eq!(
+        String::try_from(p("User")).unwrap(),
+        nix::unistd::getuid().to_string()
+    );
     assert!(bool::try_from(p("NoNewPrivileges")).unwrap());
     let env = Vec::<String>::try_from(p("Environment")).unwrap();
     assert!(env.contains(&format!("XLURM_JOB_ID={id}")));

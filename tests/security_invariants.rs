@@ -255,9 +255,9 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         tee_path: "/usr/bin/xlurm".into(),
     };
     let run_as = RunAs {
-        user: "alice".into(),
-        group: "alice".into(),
-        supplementary: vec![],
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
     };
     let props = unit::properties(&job, &settings, Some(&run_as), &[], &[], None);
     let get = |name: &str| -> Vec<&Variant<'static>> {
@@ -272,8 +272,8 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         assert_eq!(v.len(), 1, "property {name} set {} times", v.len());
         v[0]
     };
-    assert_eq!(one("User"), &Variant::from("alice"));
-    assert_eq!(one("Group"), &Variant::from("alice"));
+    assert_eq!(one("User"), &Variant::from("1000"));
+    assert_eq!(one("Group"), &Variant::from("1000"));
     assert_eq!(one("Slice"), &Variant::from("xlurm.slice"));
     assert_eq!(one("NoNewPrivileges"), &Variant::from(true));
     assert_eq!(one("DevicePolicy"), &Variant::from("closed"));

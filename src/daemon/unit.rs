@@ -8,12 +8,15 @@ use super::job::Job;
 use crate::core::JobId;
 use zbus::Variant;
 
-/// Who the job runs as, resolved at start.
+/// Who the job runs as, resolved at start. Given to systemd by number:
+/// a name could be renamed, reused or look like a number by the time
+/// systemd resolves it; the submitter's uid is what the bus told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunAs {
-    pub user: String,
-    pub group: String,
-    pub supplementary: Vec<String>,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the primary one left out).
+    pub groups: Vec<u32>,
 }
 
 /// Settings of the daemon that shape every unit.
@@ -194,11 +197,11 @@ pub fn properties(
     }
     if let Some(r) = run_as {
         if !settings.user_mode {
-            p.push(("User", Variant::from(r.user.clone())));
-            p.push(("Group", Variant::from(r.group.clone())));
+            p.push(("User", Variant::from(r.uid.to_string())));
+            p.push(("Group", Variant::from(r.gid.to_string())));
             p.push((
                 "SupplementaryGroups",
-                Variant::from(r.supplementary.clone()),
+                Variant::from(r.groups.iter().map(u32::to_string).collect::<Vec<_>>()),
             ));
         }
     }
@@ -264,9 +267,9 @@ mod tests {
     fn pins_limits_and_isolates() {
         let job = running_job();
         let run_as = RunAs {
-            user: "alice".into(),
-            group: "alice".into(),
-            supplementary: vec!["video".into()],
+            uid: 1000,
+            gid: 1000,
+            groups: vec![44],
         };
         let vis = vec![("CUDA_VISIBLE_DEVICES".to_string(), "GPU-a".to_string())];
         let dev = vec![("/dev/nvidia0".to_string(), "rw".to_string())];
@@ -277,7 +280,12 @@ mod tests {
         assert_eq!(get(&p, "MemorySwapMax"), &Variant::from(0u64));
         assert_eq!(get(&p, "DevicePolicy"), &Variant::from("closed"));
         assert_eq!(get(&p, "DeviceAllow"), &Variant::from(dev.clone()));
-        assert_eq!(get(&p, "User"), &Variant::from("alice"));
+        assert_eq!(get(&p, "User"), &Variant::from("1000"));
+        assert_eq!(get(&p, "Group"), &Variant::from("1000"));
+        assert_eq!(
+            get(&p, "SupplementaryGroups"),
+            &Variant::from(vec!["44".to_string()])
+        );
         assert_eq!(get(&p, "NoNewPrivileges"), &Variant::from(true));
         // A chatty job's output is not dropped by journald's default rate limit.
         assert_eq!(
@@ -362,9 +370,9 @@ mod tests {
             ..settings()
         };
         let run_as = RunAs {
-            user: "alice".into(),
-            group: "alice".into(),
-            supplementary: vec![],
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
         };
         let p = properties(&running_job(), &s, Some(&run_as), &[], &[], None);
         assert!(!p.iter().any(|(n, _)| *n == "User" || *n == "Group"));

@@ -47,27 +47,20 @@ pub(super) fn user_name(uid: u32) -> String {
 
 /// The submitter's user, primary group and supplementary groups, resolved now.
 pub fn resolve_run_as(uid: u32) -> Result<RunAs, String> {
-    use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
+    use nix::unistd::{getgrouplist, Uid, User};
     let user = User::from_uid(Uid::from_raw(uid))
         .map_err(|e| format!("looking up uid {uid}: {e}"))?
         .ok_or_else(|| format!("uid {uid} no longer exists"))?;
-    let group_name = |gid: Gid| {
-        Group::from_gid(gid)
-            .ok()
-            .flatten()
-            .map(|g| g.name)
-            .unwrap_or_else(|| gid.as_raw().to_string())
-    };
     let cname = std::ffi::CString::new(user.name.clone()).map_err(|e| e.to_string())?;
     let groups = getgrouplist(&cname, user.gid).unwrap_or_else(|_| vec![user.gid]);
     Ok(RunAs {
-        group: group_name(user.gid),
-        supplementary: groups
+        uid,
+        gid: user.gid.as_raw(),
+        groups: groups
             .into_iter()
             .filter(|g| *g != user.gid)
-            .map(group_name)
+            .map(|g| g.as_raw())
             .collect(),
-        user: user.name,
     })
 }
 

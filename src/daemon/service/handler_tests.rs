@@ -178,7 +178,7 @@ async fn a_scheduled_job_starts_as_its_unit_and_each_end_is_recorded_as_systemd_
     for (result, code, status, want) in ends {
         let (id, unit) = running_job(&d).await;
         let started = d.systemd.m.lock().unwrap().started[&unit].clone();
-        assert!(started.iter().any(|p| p == "User=\"root\""), "{started:?}");
+        assert!(started.iter().any(|p| p == "User=\"0\""), "{started:?}");
         assert!(
             started.iter().any(|p| p == "MemorySwapMax=uint64 0"),
             "{started:?}"

@@ -66,7 +66,9 @@ note "bob's job: $bid"
 wait_state "$bid" RUNNING
 unit=xlurm-job-$bid.service
 assert_eq active "$(systemctl is-active "$unit")" "bob's unit runs"
-assert_eq bob "$(unit_prop "$unit" User)" "bob's unit runs as bob"
+# By number, as the bus identified him (issue 16 item 8), and so it runs as bob.
+assert_eq "$(id -u bob)" "$(unit_prop "$unit" User)" "bob's unit's User= is his uid"
+assert_eq bob "$(ps -o user= -p "$(unit_prop "$unit" MainPID)" | tr -d ' ')" "bob's unit runs as bob"
 
 check "alice sees the summary of bob's job but never its command, env, cwd or output"
 q=$(as_user alice xqueue "$bid" 2>&1); echo "$q"
