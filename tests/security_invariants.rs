@@ -2,9 +2,10 @@
 //! property test (`tests/security_spec.rs`) and the fuzz target
 //! (`fuzz/fuzz_targets/spec.rs`, which includes this file with `#[path]`).
 //!
-//! A spec map goes through `spec::parse`, then `core::request::validate`
-//! against a fixed machine, then `unit::properties`, exactly as xlurmd does
-//! (`api.rs` -> `service.rs` -> `unit.rs`). [`check`] panics when a refusal has
+//! A spec map goes through `spec::parse`, the working directory check
+//! (`as_user::dir_problem_here`: this process's own rights), then
+//! `core::request::validate` against a fixed machine, then `unit::properties`,
+//! as xlurmd does (`api.rs` -> `service/submit.rs` -> `unit.rs`). [`check`] panics when a refusal has
 //! no message, or when something accepted breaks a documented bound or would
 //! give a unit systemd refuses (invalid environment names, a relative or
 //! overlong path) or that lacks the isolation every job must have.
@@ -117,7 +118,8 @@ pub fn to_map(entries: &[(String, V)]) -> HashMap<String, OwnedVariant> {
 /// What happened to one input, for coverage counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// `spec::parse` refused it (`org.xlurm.Scheduler1.Error.InvalidArgs`).
+    /// `spec::parse` or the working directory check refused it
+    /// (`org.xlurm.Scheduler1.Error.InvalidArgs`).
     BadSpec,
     /// `validate` refused it (`org.xlurm.Scheduler1.Error.InvalidRequest`).
     BadRequest,
@@ -148,6 +150,12 @@ pub fn check(map: &HashMap<String, OwnedVariant>) -> Verdict {
             return Verdict::BadSpec;
         }
     };
+    // The working directory, looked at as xlurmd does for a caller who is
+    // its own user (`as_user`): with this process's rights, through PID 1's root.
+    if let Some(problem) = xlurm::daemon::as_user::dir_problem_here(&spec.cwd) {
+        assert!(!problem.trim().is_empty(), "empty cwd error for {map:?}");
+        return Verdict::BadSpec;
+    }
     // Nothing outside the known keys was accepted.
     for k in map.keys() {
         assert!(

@@ -1,8 +1,9 @@
-//! Random `a{sv}` submissions through `spec::parse`, `request::validate` and
-//! `unit::properties`, as xlurmd handles a `Submit` call: no input panics, every
-//! refusal has a message, and every accepted spec satisfies the documented
-//! bounds and gives a unit systemd accepts, running as the submitter with
-//! `NoNewPrivileges=yes` (see `security_invariants.rs` for each check).
+//! Random `a{sv}` submissions through `spec::parse`, the working directory
+//! check, `request::validate` and `unit::properties`, as xlurmd handles a
+//! `Submit` call: no input panics, every refusal has a message, and every
+//! accepted spec satisfies the documented bounds and gives a unit systemd
+//! accepts, running as the submitter with `NoNewPrivileges=yes` (see
+//! `security_invariants.rs` for each check).
 //!
 //! The generator mixes well-formed values with hostile ones: wrong types, keys
 //! that try to pick the user or unit, NUL bytes, overlong paths, bad
@@ -336,13 +337,16 @@ fn hostile_submissions_are_refused_with_the_cause() {
         assert_eq!(check(&map), want, "{entries:?}");
         let msg = match spec::parse(&map) {
             Err(e) => e.to_string(),
-            Ok(s) => xlurm::core::request::validate(
-                &s.request,
-                &invariants::machine(),
-                &invariants::limits(),
-            )
-            .expect_err("refused")
-            .to_string(),
+            Ok(s) => match xlurm::daemon::as_user::dir_problem_here(&s.cwd) {
+                Some(problem) => problem,
+                None => xlurm::core::request::validate(
+                    &s.request,
+                    &invariants::machine(),
+                    &invariants::limits(),
+                )
+                .expect_err("refused")
+                .to_string(),
+            },
         };
         assert!(msg.contains(text), "{msg:?} lacks {text:?}");
     }

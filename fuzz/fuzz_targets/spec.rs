@@ -1,6 +1,7 @@
 //! Fuzzes xlurmd's submission checks: arbitrary bytes become an `a{sv}` spec
 //! (known, hostile and random keys; values of every D-Bus type; paths, env
-//! entries and numbers at their edges), which goes through `spec::parse`,
+//! entries and numbers at their edges), which goes through `spec::parse`, the
+//! working directory check (`as_user::dir_problem_here`),
 //! `core::request::validate` against a fixed machine and `unit::properties`.
 //! The invariants (no panic, a message for every refusal, documented bounds
 //! and a unit systemd accepts for every accepted spec) live in

@@ -87,43 +87,10 @@ fn check_path(what: &str, p: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// Whether `cwd` (absolute, checked by `parse`) is an existing directory as jobs
-/// will see it. xlurmd runs with `PrivateTmp=yes`, so it looks through
-/// `/proc/1/root` (the mount namespace of PID 1, where systemd starts jobs); where
-/// that is not readable (xlurmd --user, tests as a user) it looks at the path
-/// itself. What cannot be checked (permission denied) is let through: the job then
-/// ends LAUNCH_FAILED (CHDIR) with the reason.
-pub fn cwd_problem(cwd: &str) -> Option<String> {
-    use std::io::ErrorKind;
-    let through_pid1 = std::path::PathBuf::from(format!("/proc/1/root{cwd}"));
-    let meta = match std::fs::metadata(&through_pid1) {
-        Err(e)
-            if e.kind() == ErrorKind::PermissionDenied
-                || e.raw_os_error() == Some(libc::ENAMETOOLONG) =>
-        {
-            std::fs::metadata(cwd)
-        }
-        r => r,
-    };
-    let short: String = cwd.chars().take(200).collect();
-    match meta {
-        Ok(m) if m.is_dir() => None,
-        Ok(_) => Some(format!("working directory {short:?} is not a directory")),
-        // The daemon may not look (xlurmd --user, a directory closed to it): the
-        // job's own chdir decides.
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => None,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            Some(format!("working directory {short:?} does not exist"))
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-            Some(format!("working directory {short:?} is not a directory"))
-        }
-        Err(e) => Some(format!("working directory {short:?} cannot be used: {e}")),
-    }
-}
-
-/// Checks a spec's keys, types and sizes. Resource checks against the machine
-/// happen later, in `core::request::validate`.
+/// Checks a spec's keys, types and sizes: pure, no I/O. Resource checks
+/// against the machine happen later, in `core::request::validate`, and the
+/// working directory is looked at with the submitter's rights in
+/// `as_user::Checker::check_specs`.
 pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
     if let Some(k) = map.keys().find(|k| !KEYS.iter().any(|(name, _)| name == k)) {
         let valid: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
@@ -172,9 +139,8 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         ));
     }
     check_path("the working directory", &cwd)?;
-    if let Some(problem) = cwd_problem(&cwd) {
-        return err(problem);
-    }
+    // Whether it is a directory the submitter may enter is checked with the
+    // submitter's rights, off the event loop (`as_user`), not here.
     let env: Option<Vec<String>> = r.get("env")?;
     let clean_env: bool = r.get("clean_env")?.unwrap_or(false);
     if let Some(env) = &env {
@@ -310,12 +276,6 @@ mod tests {
             (no_cwd, "\"cwd\" is missing"),
             (with("cwd", "relative/dir"), "not an absolute path"),
             (
-                with("cwd", "/nonexistent/xlurm-spec-test"),
-                "does not exist",
-            ),
-            (with("cwd", "/proc/self/status"), "not a directory"),
-            (with("cwd", "/proc/self/status/x"), "not a directory"),
-            (
                 with("cwd", format!("/{}", "d".repeat(256))),
                 "longer than 255",
             ),
@@ -356,6 +316,15 @@ mod tests {
         for (m, want) in cases {
             let e = parse(&m).expect_err(want).to_string();
             assert!(e.contains(want), "{e:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn the_working_directory_is_not_looked_at_here() {
+        // Parsing is pure: whether the directory exists, and for whom, is for
+        // `as_user` to say with the submitter's rights.
+        for cwd in ["/nonexistent/xlurm-spec-test", "/proc/self/status"] {
+            assert_eq!(parse(&with("cwd", cwd)).unwrap().cwd, cwd);
         }
     }
 

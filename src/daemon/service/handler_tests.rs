@@ -611,3 +611,67 @@ async fn a_waiting_job_keeps_its_command_on_disk_not_in_memory() {
     assert_eq!(st.usage_of(1000).jobs, st.counts().0);
     assert!(st.usage_of(1000).jobs < 2);
 }
+
+/// Issue 16 item 7: the working directory is checked with the submitter's
+/// rights, so a directory closed to them answers the same whatever it holds
+/// (xlurmd used to look with root's: "does not exist" for one, accepted for the other).
+#[tokio::test]
+async fn a_directory_closed_to_the_submitter_tells_nothing_and_queues_nothing() {
+    use crate::daemon::as_user::tests::skipped;
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let name = "a_directory_closed_to_the_submitter_tells_nothing_and_queues_nothing";
+    if !nix::unistd::geteuid().is_root() {
+        skipped(
+            name,
+            "needs root to check as another user (CI runs it as root)",
+        );
+        return;
+    }
+    let base = tempfile::Builder::new()
+        .prefix("xlurm-handler-")
+        .tempdir()
+        .unwrap();
+    if crate::daemon::as_user::dir_problem_here(base.path().to_str().unwrap()).is_some() {
+        skipped(name, "PID 1 does not see this test's temporary directory");
+        return;
+    }
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let closed = base.path().join("closed");
+    std::fs::create_dir_all(closed.join("secret")).unwrap();
+    chown(closed.join("secret"), Some(65_534), Some(65_534)).unwrap();
+    chown(&closed, Some(65_534), Some(65_534)).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let closed = closed.to_str().unwrap();
+    let (secret, nothere) = (format!("{closed}/secret"), format!("{closed}/nothere"));
+    let in_dir = |cwd: &str| {
+        let mut s = sleep_spec();
+        s.cwd = cwd.to_string();
+        s
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let refusal = |e: ApiError| match e {
+        ApiError::InvalidArgs(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let a = refusal(d.submit(4242, vec![in_dir(&secret)]).await.unwrap_err());
+    let b = refusal(d.submit(4242, vec![in_dir(&nothere)]).await.unwrap_err());
+    assert_eq!(
+        a,
+        format!("working directory {secret:?} is not accessible to you (permission denied)")
+    );
+    assert_eq!(a.replace(&secret, "X"), b.replace(&nothere, "X"));
+    assert_eq!(d.state.lock().await.counts(), (0, 0));
+    assert!(on_disk(dir.path()).is_empty(), "nothing recorded");
+
+    // Its owner may use it, and hears the usual answer for what is not there.
+    d.submit(65_534, vec![in_dir(&secret)]).await.unwrap();
+    let c = refusal(d.submit(65_534, vec![in_dir(&nothere)]).await.unwrap_err());
+    assert!(c.ends_with("does not exist"), "{c}");
+    // One refused directory refuses the whole submission, naming its first job.
+    let many = vec![in_dir("/"), in_dir(&secret), in_dir(&secret)];
+    let e = refusal(d.submit(4242, many).await.unwrap_err());
+    assert!(e.starts_with("job 2: "), "{e}");
+    assert_eq!(d.state.lock().await.counts(), (1, 0));
+}

@@ -81,6 +81,8 @@ pub struct Daemon<U = Systemd> {
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
     /// Submitters' accounts as lately resolved for their units (see `run_as`).
     accounts: std::sync::Mutex<Recent<RunAs>>,
+    /// Checks working directories with the submitter's rights (see `as_user`).
+    workdirs: super::as_user::Checker,
     /// Running jobs' memory peak as last read from their cgroup, for when
     /// systemd reports none at the end (see `sample_memory_peaks`).
     peaks: std::sync::Mutex<HashMap<JobId, u64>>,
@@ -122,6 +124,7 @@ impl<U: Units> Daemon<U> {
             signalled: std::sync::Mutex::new(HashMap::new()),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
+            workdirs: super::as_user::Checker::default(),
             peaks: std::sync::Mutex::new(HashMap::new()),
             log_reads: logs::LogReads::default(),
         });

@@ -32,6 +32,8 @@ impl<U: Units> Daemon<U> {
         if let Some((fd, _)) = &output {
             crate::daemon::output::check_fd(fd).map_err(ApiError::InvalidArgs)?;
         }
+        // With the submitter's rights, once per directory, before the state lock.
+        self.workdirs.check_specs(uid, &specs).await?;
         let user = user_name(uid);
         let mut st = self.state.lock().await;
         let mut demands = Vec::with_capacity(specs.len());

@@ -8,6 +8,8 @@
 # cgroup, ends at its time limit and dies whole on cancel. The admin (group
 # xlurm-admin, granted by the example polkit rule) may do the admin actions; root may
 # do all. State files are root-only and a started job's environment leaves the disk.
+# bob cannot learn what alice's 0700 directory holds from the answer to a submission
+# into it (the working directory is checked with his rights, not root's).
 # timeout: 300
 set -euo pipefail
 . "$XLURM_VM_LIB"
@@ -22,6 +24,8 @@ blk=/dev/xlurm-21-blk
 cleanup() {
     kill "${monpid:-0}" 2>/dev/null || true
     rm -f "$suid" "$blk" /etc/polkit-1/rules.d/50-xlurm-admin.rules
+    [ -z "${home_mode:-}" ] || chmod "$home_mode" /home/alice
+    rm -rf /home/alice/xlurm-21-closed
     for u in $(systemctl list-units --all --plain --no-legend 'xlurm-job-*' | awk '{print $1}'); do
         case $(systemctl show -p Description --value "$u") in *xlurm-21*) forget_unit "$u" ;; esac
     done
@@ -116,6 +120,47 @@ for kv in "user s bob" "user s root" "User s root" "uid u 0" "gid u 0" "group s 
     expect_err $E.InvalidArgs alice "spec key ${kv%% *}" -- Submit 'a{sv}' 3 argv as 1 /bin/true cwd s /home/alice $kv
 done
 assert_eq "$before" "$(list_all)" "nothing queued"
+
+check "bob learns nothing of what alice's closed directory holds (working directories are checked with the submitter's rights)"
+# Issue 16 item 7: xlurmd used to stat the working directory as root, so bob's
+# submission into .../secret was queued while .../nothere was "does not exist".
+closed=/home/alice/xlurm-21-closed
+home_mode=$(stat -c %a /home/alice)
+rm -rf "$closed"
+as_user alice mkdir -m 0700 "$closed"
+as_user alice mkdir "$closed/secret"
+# Only search on alice's home: the 0700 directory is what closes the path.
+chmod 0711 /home/alice
+n_jobs() { list_all | awk '{print $2}'; }
+before=$(n_jobs)
+cwd_submit() { as_user "$1" "${B[@]}" Submit 'a{sv}' 4 argv as 1 /bin/true cwd s "$2" \
+    name s xlurm-21-cwd time_limit t 60 2>&1; }
+expect_err $E.InvalidArgs bob "Submit into alice's closed $closed/secret" -- \
+    Submit 'a{sv}' 3 argv as 1 /bin/true cwd s "$closed/secret" name s xlurm-21-cwd
+expect_err $E.InvalidArgs bob "Submit into alice's closed $closed/nothere" -- \
+    Submit 'a{sv}' 3 argv as 1 /bin/true cwd s "$closed/nothere" name s xlurm-21-cwd
+rc=0; secret_out=$(cwd_submit bob "$closed/secret") || rc=$?
+assert_ne 0 "$rc" "bob's submission into $closed/secret is refused: $secret_out"
+rc=0; nothere_out=$(cwd_submit bob "$closed/nothere") || rc=$?
+assert_ne 0 "$rc" "bob's submission into $closed/nothere is refused: $nothere_out"
+note "bob, existing:     $secret_out"
+note "bob, not existing: $nothere_out"
+assert_eq "${secret_out//$closed\/secret/DIR}" "${nothere_out//$closed\/nothere/DIR}" \
+    "bob's two refusals, apart from the path"
+assert_contains "$secret_out" "is not accessible to you (permission denied)" "bob's refusal"
+assert_eq "$before" "$(n_jobs)" "nothing queued for bob (jobs known, finished ones too)"
+# Controls: alice (after bob, on the same checking threads) and root see into it.
+rc=0; out=$(cwd_submit alice "$closed/nothere") || rc=$?
+assert_ne 0 "$rc" "alice's submission into $closed/nothere: $out"
+assert_contains "$out" "does not exist" "alice hears that it does not exist"
+out=$(cwd_submit alice "$closed/secret"); acwd=$(echo "$out" | awk '{print $2}')
+out=$("${B[@]}" Submit 'a{sv}' 4 argv as 1 /bin/true cwd s "$closed/secret" name s xlurm-21-cwd \
+    time_limit t 60); rcwd=$(echo "$out" | awk '{print $2}')
+wait_state "$acwd" COMPLETED
+wait_state "$rcwd" COMPLETED
+note "ok: alice's job $acwd and root's job $rcwd ran in $closed/secret"
+chmod "$home_mode" /home/alice
+rm -rf "$closed"
 
 check "alice's job runs as alice, with NoNewPrivileges, no capabilities, in its own cgroup"
 install -m 4755 -o root /usr/bin/id "$suid"
