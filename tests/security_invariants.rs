@@ -232,6 +232,31 @@ fn check_spec(s: &Spec) {
     assert!(d.ids.len() <= spec::MAX_DEVICE_IDS && d.exclude.len() <= spec::MAX_DEVICE_IDS);
 }
 
+/// What a job is charged against its owner's byte budget never undercounts
+/// what its record stores of its strings (JSON escapes included), and a
+/// detached job is charged the same.
+fn check_held_bytes(job: &Job) {
+    let c = &job.command;
+    let strings = std::iter::once(&job.name)
+        .chain(&c.argv)
+        .chain(c.script.iter())
+        .chain(std::iter::once(&c.cwd))
+        .chain(c.env.iter().flatten());
+    let stored: u64 = strings
+        .map(|s| serde_json::to_string(s).expect("a string").len() as u64 + 1)
+        .sum();
+    let held = job.held_bytes();
+    assert!(
+        held >= stored + xlurm::daemon::job::RECORD_OVERHEAD,
+        "held {held} < stored {stored}"
+    );
+    let mut waiting = job.clone();
+    waiting.state = JobState::Pending;
+    waiting.detach();
+    assert_eq!(waiting.held_bytes(), held);
+    assert!(waiting.command.argv.is_empty() && waiting.command.env.is_none());
+}
+
 /// The unit xlurmd would start for the accepted spec: systemd must accept it, and
 /// it carries the submitter's identity and every isolation property.
 fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
@@ -255,6 +280,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         "cancel_requested_by": null,
     }))
     .expect("a job record");
+    check_held_bytes(&job);
     let settings = UnitSettings {
         slice: "xlurm.slice".into(),
         user_mode: false,

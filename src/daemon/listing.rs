@@ -291,11 +291,21 @@ pub fn to_memfd(
     let mut file = std::fs::File::from(fd);
     write(&file).context("writing the job list")?;
     file.rewind().context("rewinding the job list")?;
-    let seals = SealFlag::F_SEAL_SHRINK
-        | SealFlag::F_SEAL_GROW
-        | SealFlag::F_SEAL_WRITE
-        | SealFlag::F_SEAL_SEAL;
-    fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).context("sealing the job list")?;
+    let size = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
+    // F_SEAL_WRITE fails with EBUSY while the kernel holds a transient
+    // reference to one of the pages (memory compaction, DAMON sampling: seen
+    // in the daemon benchmark). The list is then sealed against resizing
+    // only: xlurmd writes nothing more into it either way.
+    let all = size | SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SEAL;
+    match fcntl(&file, FcntlArg::F_ADD_SEALS(all)) {
+        Err(nix::errno::Errno::EBUSY) => {
+            fcntl(&file, FcntlArg::F_ADD_SEALS(size | SealFlag::F_SEAL_SEAL))
+                .context("sealing the job list")?;
+        }
+        r => {
+            r.context("sealing the job list")?;
+        }
+    }
     Ok(file.into())
 }
 
