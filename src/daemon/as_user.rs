@@ -317,6 +317,41 @@ pub struct Checker {
     switch: bool,
     /// Identities lately looked up (the account databases may be slow).
     ids: Arc<Mutex<Recent<FsIdentity>>>,
+    /// Directories lately found usable, by user (see [`Accepted`]).
+    accepted: Mutex<Accepted>,
+}
+
+/// How long a directory found usable by a user is taken as usable for that
+/// user's next submissions without a new look: a burst of `xbatch` from one
+/// directory costs one check, not a thread hand-off each. A directory
+/// removed meanwhile fails at the job's start, saying so (LAUNCH_FAILED).
+pub const ACCEPTED_FOR: Duration = Duration::from_secs(1);
+/// Directories remembered at most, all users together.
+const ACCEPTED_MAX: usize = 4096;
+
+/// Directories lately found usable, by user, with when.
+#[derive(Default)]
+struct Accepted(HashMap<(u32, String), std::time::Instant>);
+
+impl Accepted {
+    fn has(&self, uid: u32, cwd: &str, now: std::time::Instant) -> bool {
+        self.0
+            .get(&(uid, cwd.to_string()))
+            .is_some_and(|at| now.saturating_duration_since(*at) < ACCEPTED_FOR)
+    }
+
+    fn put(&mut self, uid: u32, cwds: Vec<String>, now: std::time::Instant) {
+        if self.0.len() + cwds.len() > ACCEPTED_MAX {
+            self.0
+                .retain(|_, at| now.saturating_duration_since(*at) < ACCEPTED_FOR);
+        }
+        if self.0.len() + cwds.len() > ACCEPTED_MAX {
+            self.0.clear();
+        }
+        for cwd in cwds.into_iter().take(ACCEPTED_MAX) {
+            self.0.insert((uid, cwd), now);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -339,6 +374,7 @@ impl Checker {
             max_stuck_per_user,
             switch: nix::unistd::geteuid().is_root(),
             ids: Arc::new(Mutex::new(Recent::new(Duration::from_secs(1)))),
+            accepted: Mutex::default(),
         }
     }
 
@@ -469,13 +505,24 @@ impl Checker {
     pub async fn check_specs(&self, uid: u32, specs: &[Spec]) -> ApiResult<()> {
         let mut first_job: HashMap<&str, usize> = HashMap::new();
         let mut cwds = Vec::new();
-        for (i, s) in specs.iter().enumerate() {
-            first_job.entry(s.cwd.as_str()).or_insert_with(|| {
-                cwds.push(s.cwd.clone());
-                i
-            });
+        let now = std::time::Instant::now();
+        {
+            let accepted = lock(&self.accepted);
+            for (i, s) in specs.iter().enumerate() {
+                if accepted.has(uid, &s.cwd, now) {
+                    continue;
+                }
+                first_job.entry(s.cwd.as_str()).or_insert_with(|| {
+                    cwds.push(s.cwd.clone());
+                    i
+                });
+            }
+        }
+        if cwds.is_empty() {
+            return Ok(());
         }
         let Err((at, e)) = self.check_dirs(uid, cwds.clone()).await else {
+            lock(&self.accepted).put(uid, cwds, now);
             return Ok(());
         };
         let job = first_job[cwds[at].as_str()];

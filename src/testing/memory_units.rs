@@ -30,6 +30,8 @@ pub struct Manager {
 #[derive(Debug, Default)]
 pub struct MemoryUnits {
     pub m: Mutex<Manager>,
+    /// While set, starts wait for a permit of it (see `hold_starts`).
+    held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 /// The CPU time every finished unit reports (ns).
@@ -39,6 +41,14 @@ impl MemoryUnits {
     fn with<T>(&self, f: impl FnOnce(&mut Manager) -> T) -> T {
         let mut m = self.m.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut m)
+    }
+
+    /// From now on each start waits (systemd busy) until the test adds a
+    /// permit to the semaphore returned.
+    pub fn hold_starts(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
+        gate
     }
 
     /// A stop of `unit` leaves it deactivating until the test ends it.
@@ -92,6 +102,13 @@ impl MemoryUnits {
 impl Units for MemoryUnits {
     async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
         self.call("start", unit);
+        let gate = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(gate) = gate {
+            // The permit is taken for good: one start per permit.
+            if let Ok(p) = gate.acquire().await {
+                p.forget();
+            }
+        }
         self.with(|m| {
             if let Some(why) = m.refuse_next_start.take() {
                 return Err(zbus::Error::Failure(why));

@@ -321,3 +321,24 @@ async fn each_directory_is_checked_once_and_the_refusal_names_its_first_job() {
         t.elapsed()
     );
 }
+
+#[test]
+fn a_usable_directory_is_remembered_for_its_user_for_a_second() {
+    let mut a = Accepted::default();
+    let t0 = std::time::Instant::now();
+    a.put(1000, vec!["/home/alice".into()], t0);
+    assert!(a.has(1000, "/home/alice", t0 + Duration::from_millis(900)));
+    assert!(
+        !a.has(1001, "/home/alice", t0),
+        "another user looks for himself"
+    );
+    assert!(!a.has(1000, "/home/alice", t0 + ACCEPTED_FOR));
+    // Bounded: old entries go first, then all.
+    let many: Vec<String> = (0..ACCEPTED_MAX).map(|i| format!("/d{i}")).collect();
+    a.put(1000, many.clone(), t0 + ACCEPTED_FOR * 2);
+    assert!(!a.has(1000, "/home/alice", t0 + ACCEPTED_FOR * 2));
+    assert_eq!(a.0.len(), ACCEPTED_MAX);
+    a.put(1002, vec!["/x".into()], t0 + ACCEPTED_FOR * 2);
+    assert!(a.0.len() <= ACCEPTED_MAX);
+    assert!(a.has(1002, "/x", t0 + ACCEPTED_FOR * 2));
+}

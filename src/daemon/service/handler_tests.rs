@@ -675,3 +675,32 @@ async fn a_directory_closed_to_the_submitter_tells_nothing_and_queues_nothing() 
     assert!(e.starts_with("job 2: "), "{e}");
     assert_eq!(d.state.lock().await.counts(), (1, 0));
 }
+
+#[tokio::test]
+async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let gate = d.systemd.hold_starts();
+    let id = d.submit(1000, vec![sleep_spec()]).await.unwrap()[0].id;
+    let unit = crate::unit_name::of_job(id);
+    d.schedule().await;
+    // RUNNING on disk and in memory, StartTransientUnit under way.
+    assert_eq!(job(&d, id).await.state, JobState::Running);
+    for _ in 0..1000 {
+        if d.systemd.calls("start", &unit) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(d.systemd.calls("start", &unit), 1);
+    assert!(d.systemd.unit(&unit).is_none(), "no unit yet");
+    assert_eq!(d.cancel(1000, id, false).await.unwrap(), JobState::Running);
+    assert_eq!(job(&d, id).await.cancel_requested_by, Some(1000));
+    // systemd answers: the unit it made is stopped, and the job ends CANCELLED.
+    gate.add_permits(1);
+    let j = wait_state(&d, id, JobState::Cancelled).await;
+    assert!(d.systemd.calls("stop", &unit) >= 1, "the unit was stopped");
+    assert!(d.systemd.unit(&unit).is_none(), "no unit left running");
+    assert_eq!(j.cancel_requested_by, Some(1000));
+    assert_eq!(on_disk(dir.path())[&id], JobState::Cancelled);
+}
