@@ -103,8 +103,9 @@ async fn wait_state(c: &SchedulerProxy<'_>, id: u64, want: &str) -> Dict {
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),
-            "job {id} stuck in {} (wanted {want})",
-            get_str(&job, "state")
+            "job {id} stuck in {} (wanted {want}): {}",
+            get_str(&job, "state"),
+            get_str(&job, "detail")
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -55,6 +55,12 @@ pub struct FakeSystemd {
     pub shared: Arc<Mutex<Shared>>,
     mode: Mode,
     conn: Connection,
+    /// Held while a unit's state changes and while its two signals are
+    /// built and sent: systemd sends each pair from one consistent state. A
+    /// start's signals (sent from a task after the reply) read half before
+    /// and half after a test's `finish` otherwise: a "finished" Unit signal
+    /// after a Service signal without the exit (seen as a flaky CANCELLED).
+    emit: Arc<tokio::sync::Mutex<()>>,
 }
 
 struct Manager {
@@ -249,6 +255,7 @@ impl FakeSystemd {
             shared: Arc::default(),
             mode,
             conn: conn.clone(),
+            emit: Arc::default(),
         };
         conn.object_server()
             .at("/org/freedesktop/systemd1", Manager { fake: fake.clone() })
@@ -421,6 +428,7 @@ impl FakeSystemd {
     }
 
     async fn set_state(&self, unit: &str, active: &str, sub: &str, exit: Option<(&str, i32, i32)>) {
+        let _one_state = self.emit.lock().await;
         let path = crate::daemon::systemd::unit_path(unit);
         let server = self.conn.object_server();
         if let Some((result, code, status)) = exit {
@@ -441,11 +449,17 @@ impl FakeSystemd {
             u.active_state = active.into();
             u.sub_state = sub.into();
         }
-        self.signal(unit).await;
+        self.send_signals(unit).await;
     }
 
     /// Sends `unit`'s two PropertiesChanged signals, Service then Unit.
     async fn signal(&self, unit: &str) {
+        let _one_state = self.emit.lock().await;
+        self.send_signals(unit).await;
+    }
+
+    /// `signal`, with `emit` held by the caller.
+    async fn send_signals(&self, unit: &str) {
         let path = crate::daemon::systemd::unit_path(unit);
         let server = self.conn.object_server();
         let service = match server.interface::<_, ServiceObj>(path.as_str()).await {
