@@ -281,6 +281,12 @@ impl Tracker {
                 pending_job,
             } => {
                 let seen = self.units.entry(id).or_default();
+                // systemd sends a change's Service signal right before its
+                // Unit signal: a Service part belongs to this Unit signal
+                // only. One kept from an earlier change (its own end's lost
+                // in a full queue) would pair a start's "no exit yet" with
+                // an end: a wrong CANCELLED.
+                let service = seen.service.take();
                 if busy(&active_state, &sub_state, pending_job) {
                     if invocation_id.is_empty() || seen.invocation == invocation_id {
                         return Verdict::Nothing;
@@ -288,7 +294,7 @@ impl Tracker {
                     seen.invocation = invocation_id.clone();
                     return Verdict::Started(invocation_id);
                 }
-                let Some((result, code, status)) = seen.service.clone() else {
+                let Some((result, code, status)) = service else {
                     self.units.remove(&id);
                     return Verdict::Read;
                 };
@@ -373,6 +379,22 @@ mod tests {
         assert_eq!(u.invocation_id, "ab");
         // Forgotten once finished: what comes after (the collect) is read.
         assert!(t.units.is_empty());
+    }
+
+    #[test]
+    fn an_end_whose_service_signal_was_lost_is_read_not_paired_with_an_old_one() {
+        let mut t = Tracker::default();
+        t.on(3, service("success", 0, 0));
+        assert_eq!(
+            t.on(3, unit_signal("active", "running", "ab", false)),
+            Verdict::Started("ab".into())
+        );
+        // The end's Service signal (exit status) never came (a full queue):
+        // the start's "no exit yet" must not stand for it.
+        assert_eq!(
+            t.on(3, unit_signal("active", "exited", "ab", false)),
+            Verdict::Read
+        );
     }
 
     #[test]
