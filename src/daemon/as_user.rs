@@ -55,22 +55,17 @@ impl FsIdentity {
     /// account databases, see `accounts::resolve_run_as`); a uid without an
     /// account gets no group but the overflow one, the least any user has.
     pub fn of(uid: u32) -> FsIdentity {
-        use nix::unistd::{getgrouplist, Uid, User};
-        let Some(user) = User::from_uid(Uid::from_raw(uid)).ok().flatten() else {
-            return FsIdentity {
+        match super::service::resolve_run_as(uid) {
+            Ok(r) => FsIdentity {
+                uid,
+                gid: r.gid,
+                groups: std::iter::once(r.gid).chain(r.groups).collect(),
+            },
+            Err(_) => FsIdentity {
                 uid,
                 gid: NO_GROUP,
                 groups: Vec::new(),
-            };
-        };
-        let groups = std::ffi::CString::new(user.name)
-            .ok()
-            .and_then(|name| getgrouplist(&name, user.gid).ok())
-            .unwrap_or_else(|| vec![user.gid]);
-        FsIdentity {
-            uid,
-            gid: user.gid.as_raw(),
-            groups: groups.into_iter().map(|g| g.as_raw()).collect(),
+            },
         }
     }
 }
