@@ -251,7 +251,7 @@ fn check_held_bytes(job: &Job) {
         "held {held} < stored {stored}"
     );
     let mut waiting = job.clone();
-    waiting.state = JobState::Pending;
+    assert_eq!(waiting.state(), JobState::Pending);
     waiting.detach();
     assert_eq!(waiting.held_bytes(), held);
     assert!(waiting.command.argv.is_empty() && waiting.command.env.is_none());
@@ -260,7 +260,8 @@ fn check_held_bytes(job: &Job) {
 /// The unit xlurmd would start for the accepted spec: systemd must accept it, and
 /// it carries the submitter's identity and every isolation property.
 fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
-    // Built from a record (serde) so fields added to `Job` later take their defaults.
+    // Built from a record (serde) so fields added to `Job` later take their
+    // defaults; pending, as placed by no allocation (properties follow `alloc`).
     let job: Job = serde_json::from_value(serde_json::json!({
         "id": 42,
         "name": s.name,
@@ -269,9 +270,9 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         "command": {"argv": s.argv, "script": s.script, "cwd": s.cwd, "env": s.env},
         "request": s.request,
         "demand": demand,
-        "state": JobState::Running,
+        "state": JobState::Pending,
         "submit_usec": 1,
-        "start_usec": 2,
+        "start_usec": 0,
         "end_usec": 0,
         "alloc": null,
         "unit": xlurm::unit_name::of_job(42),

@@ -12,7 +12,9 @@
 
 use std::path::Path;
 use xlurm::core::{Allocation, Demand, DeviceRef, DeviceRequest, IdSet, JobId, Vendor};
-use xlurm::daemon::job::{Brief, Command, Job, JobState, Outcome, OutputCopy};
+use xlurm::daemon::job::{
+    Brief, Command, End, Job, JobState, Outcome, OutputCopy, Run, Stage, Waiting,
+};
 use xlurm::daemon::store::Store;
 
 const GIB: u64 = 1 << 30;
@@ -59,10 +61,67 @@ fn ended(result: &str, exit_status: Option<i32>, signal: Option<i32>, detail: &s
     }
 }
 
+/// A job's fields as a v1 record has them, made into a [`Job`] by [`Rec::job`].
+struct Rec {
+    id: JobId,
+    name: String,
+    uid: u32,
+    user: String,
+    command: Command,
+    demand: Demand,
+    state: JobState,
+    submit_usec: u64,
+    start_usec: u64,
+    end_usec: u64,
+    alloc: Option<Allocation>,
+    invocation_id: String,
+    outcome: Option<Outcome>,
+    cancel_requested_by: Option<u32>,
+    output: Option<OutputCopy>,
+    relaunches: u8,
+}
+
+impl Rec {
+    /// The job these fields describe, in its stage.
+    fn job(self) -> Job {
+        let stage = match self.state {
+            JobState::Pending => Stage::Pending(Waiting::default()),
+            JobState::Running => Stage::Running(Run::loaded(
+                self.alloc.expect("a running job's allocation"),
+                self.start_usec,
+                self.invocation_id,
+                self.cancel_requested_by,
+                self.relaunches,
+            )),
+            state => Stage::Ended(End {
+                state,
+                start_usec: self.start_usec,
+                end_usec: self.end_usec,
+                alloc: self.alloc,
+                invocation_id: self.invocation_id,
+                outcome: self.outcome.expect("an ended job's outcome"),
+                cancel_requested_by: self.cancel_requested_by,
+                relaunches: self.relaunches,
+            }),
+        };
+        Job {
+            id: self.id,
+            name: self.name,
+            uid: self.uid,
+            user: self.user,
+            command: self.command,
+            demand: self.demand,
+            submit_usec: self.submit_usec,
+            output: self.output,
+            stage,
+        }
+    }
+}
+
 /// A job of `user` (uid `uid`) submitted `id` seconds after T0, with a CPU
 /// request and nothing else set.
-fn job(id: JobId, state: JobState, name: &str, uid: u32, user: &str) -> Job {
-    Job {
+fn job(id: JobId, state: JobState, name: &str, uid: u32, user: &str) -> Rec {
+    Rec {
         id,
         name: name.into(),
         uid,
@@ -92,13 +151,12 @@ fn job(id: JobId, state: JobState, name: &str, uid: u32, user: &str) -> Job {
         cancel_requested_by: None,
         output: None,
         relaunches: 0,
-        detached: None,
     }
 }
 
 /// `j` started 10 s after its submit on CPUs `cpus` of node 0 with `devices`,
 /// and, unless `ended` is `None`, ended after `ran` seconds so.
-fn started(mut j: Job, cpus: &str, devices: Vec<DeviceRef>, ended: Option<(u64, Outcome)>) -> Job {
+fn started(mut j: Rec, cpus: &str, devices: Vec<DeviceRef>, ended: Option<(u64, Outcome)>) -> Rec {
     j.start_usec = j.submit_usec + 10 * SEC;
     j.alloc = Some(Allocation {
         cpus: ids(cpus),
@@ -268,7 +326,7 @@ fn expected() -> Vec<Job> {
     });
     jobs.push(j);
 
-    jobs
+    jobs.into_iter().map(Rec::job).collect()
 }
 
 /// Copies the checked-in state directory to a fresh one (opening a store
@@ -288,7 +346,7 @@ fn a_log_written_before_format_versions_loads_whole() {
     let (store, loaded) = Store::open(dir.path()).expect("the v1 log loads");
     assert_eq!(loaded.warning, None);
     assert_eq!(loaded.next_id, 15, "from next-id: IDs 12-14 were cleaned");
-    let active: Vec<&Job> = expected.iter().filter(|j| !j.state.is_final()).collect();
+    let active: Vec<&Job> = expected.iter().filter(|j| !j.state().is_final()).collect();
     assert_eq!(
         loaded.jobs.keys().copied().collect::<Vec<_>>(),
         active.iter().map(|j| j.id).collect::<Vec<_>>()
@@ -296,7 +354,7 @@ fn a_log_written_before_format_versions_loads_whole() {
     for j in active {
         assert_eq!(&loaded.jobs[&j.id], j, "job {} as loaded", j.id);
     }
-    let done: Vec<&Job> = expected.iter().filter(|j| j.state.is_final()).collect();
+    let done: Vec<&Job> = expected.iter().filter(|j| j.state().is_final()).collect();
     assert_eq!(
         loaded.ended.ids().collect::<Vec<_>>(),
         done.iter().map(|j| j.id).collect::<Vec<_>>()
@@ -321,7 +379,7 @@ fn a_log_written_before_format_versions_loads_whole() {
     // Every state is in the file.
     for state in JobState::ALL {
         assert!(
-            expected.iter().any(|j| j.state == state),
+            expected.iter().any(|j| j.state() == state),
             "no {state:?} job"
         );
     }

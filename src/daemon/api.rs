@@ -46,11 +46,11 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "name", job.name.clone());
     put(&mut m, "uid", job.uid);
     put(&mut m, "user", job.user.clone());
-    put(&mut m, "state", job.state.name());
+    put(&mut m, "state", job.state().name());
     put(&mut m, "reason", reason.unwrap_or_default());
     put(&mut m, "submit_time", job.submit_usec);
-    put(&mut m, "start_time", job.start_usec);
-    put(&mut m, "end_time", job.end_usec);
+    put(&mut m, "start_time", job.start_usec());
+    put(&mut m, "end_time", job.end_usec());
     put(&mut m, "cpus", job.demand.cpus);
     put(&mut m, "mem", job.demand.mem_bytes);
     put(&mut m, "mem_default", job.demand.mem_default);
@@ -58,7 +58,7 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "exclusive", job.demand.exclusive);
     put(&mut m, "numa_local", job.demand.numa_local);
     put(&mut m, "devices_requested", job.devices_requested());
-    if let Some(a) = &job.alloc {
+    if let Some(a) = job.alloc() {
         put(
             &mut m,
             "devices",
@@ -71,8 +71,8 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
         put(&mut m, "device_uuids", uuids);
     }
     put(&mut m, "unit", job.unit());
-    put(&mut m, "invocation_id", job.invocation_id.clone());
-    if let Some(o) = &job.outcome {
+    put(&mut m, "invocation_id", job.invocation_id().to_string());
+    if let Some(o) = job.outcome() {
         put(&mut m, "result", o.result.clone());
         put(&mut m, "detail", o.detail.clone());
         if let Some(c) = job.exit_code() {
@@ -355,7 +355,7 @@ impl SchedulerApi {
             .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
             .ok_or_else(|| no_such_job(id))?;
         let reason = st.sched.reason(id).map(|r| r.to_string());
-        if own && !job.state.is_final() {
+        if own && !job.state().is_final() {
             self.listen(&hdr, id);
         }
         Ok(job_dict(&job, reason, own))

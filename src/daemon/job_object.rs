@@ -86,7 +86,7 @@ impl JobObject {
     /// PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, LAUNCH_FAILED, LOST.
     #[zbus(property)]
     async fn state(&self) -> String {
-        self.with(|j| j.state.name().to_string(), String::new())
+        self.with(|j| j.state().name().to_string(), String::new())
             .await
     }
     /// Why it waits, while pending.
@@ -105,11 +105,11 @@ impl JobObject {
     }
     #[zbus(property)]
     async fn start_time(&self) -> u64 {
-        self.with(|j| j.start_usec, 0).await
+        self.with(|j| j.start_usec(), 0).await
     }
     #[zbus(property)]
     async fn end_time(&self) -> u64 {
-        self.with(|j| j.end_usec, 0).await
+        self.with(|j| j.end_usec(), 0).await
     }
     /// Requested resources as `xqueue` shows them (`cpus=2 mem=4G devices=nv:1`).
     #[zbus(property(emits_changed_signal = "const"))]
@@ -139,7 +139,8 @@ impl JobObject {
     }
     #[zbus(property)]
     async fn invocation_id(&self) -> String {
-        self.with(|j| j.invocation_id.clone(), String::new()).await
+        self.with(|j| j.invocation_id().to_string(), String::new())
+            .await
     }
     /// The exit code xrun reports; -1 while it has none.
     #[zbus(property)]
@@ -172,7 +173,7 @@ impl JobObject {
 
 /// The `Allocated` property.
 fn allocated(j: &Job) -> String {
-    match &j.alloc {
+    match j.alloc() {
         Some(a) => format!(
             "cpus={} mem_nodes={} devices={}{}",
             a.cpus,
@@ -186,7 +187,7 @@ fn allocated(j: &Job) -> String {
 
 /// A property of how the job ended (its default while it has not).
 fn outcome<T: Default>(j: &Job, f: impl FnOnce(&super::job::Outcome) -> T) -> T {
-    j.outcome.as_ref().map(f).unwrap_or_default()
+    j.outcome().map(f).unwrap_or_default()
 }
 
 /// The properties that change as a job moves on, by their names on the bus,
@@ -194,14 +195,14 @@ fn outcome<T: Default>(j: &Job, f: impl FnOnce(&super::job::Outcome) -> T) -> T 
 /// change of state (not one signal per property).
 fn changed_properties(j: &Job) -> HashMap<&'static str, Variant<'static>> {
     let mut p = HashMap::from([
-        ("State", Variant::from(j.state.name().to_string())),
-        ("StartTime", Variant::from(j.start_usec)),
+        ("State", Variant::from(j.state().name().to_string())),
+        ("StartTime", Variant::from(j.start_usec())),
         ("Allocated", Variant::from(allocated(j))),
-        ("InvocationId", Variant::from(j.invocation_id.clone())),
+        ("InvocationId", Variant::from(j.invocation_id().to_string())),
     ]);
-    if j.state.is_final() {
+    if j.state().is_final() {
         p.extend([
-            ("EndTime", Variant::from(j.end_usec)),
+            ("EndTime", Variant::from(j.end_usec())),
             ("ExitCode", Variant::from(j.exit_code().unwrap_or(-1))),
             ("Result", Variant::from(outcome(j, |o| o.result.clone()))),
             ("Detail", Variant::from(outcome(j, |o| o.detail.clone()))),

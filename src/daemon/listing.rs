@@ -133,20 +133,20 @@ fn job_line<'a>(job: &'a Job, reason: &'a str, requested: &'a str) -> Line<'a> {
         name: Cow::Borrowed(&job.name),
         uid: job.uid,
         user: Cow::Borrowed(&job.user),
-        state: Cow::Borrowed(job.state.name()),
+        state: Cow::Borrowed(job.state().name()),
         reason: Cow::Borrowed(reason),
         submit_time: job.submit_usec,
-        start_time: job.start_usec,
-        end_time: job.end_usec,
+        start_time: job.start_usec(),
+        end_time: job.end_usec(),
         time_limit: job.demand.time_limit_secs,
         cpus: job.demand.cpus,
         mem: job.demand.mem_bytes,
-        spread: job.alloc.as_ref().is_some_and(|a| a.spread),
+        spread: job.alloc().is_some_and(|a| a.spread),
         devices: job
             .devices_allocated()
             .map_or(Cow::Borrowed(requested), Cow::Owned),
         exit_code: job.exit_code().unwrap_or(-1),
-        detail: Cow::Borrowed(job.outcome.as_ref().map_or("", |o| o.detail.as_str())),
+        detail: Cow::Borrowed(job.outcome().map_or("", |o| o.detail.as_str())),
     }
 }
 
@@ -181,7 +181,7 @@ fn lines<'a>(
                 let known =
                     matches!(&memo, Some((d, h, _, _)) if *d == &job.demand && *h == is_head);
                 if !known {
-                    let reason = match job.state {
+                    let reason = match job.state() {
                         JobState::Pending => st
                             .sched
                             .reason(id)
@@ -192,7 +192,7 @@ fn lines<'a>(
                     memo = Some((&job.demand, is_head, reason, job.devices_requested()));
                 }
                 let (_, _, reason, requested) = memo.as_ref().expect("just set");
-                let reason = if job.state == JobState::Pending {
+                let reason = if job.state() == JobState::Pending {
                     reason.as_str()
                 } else {
                     ""

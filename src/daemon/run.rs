@@ -397,17 +397,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     // --output descriptors of pending jobs, kept in systemd's store across a crash.
     {
         let restored = super::output::from_listen_fds();
-        let st = daemon.state.lock().await;
-        let mut outputs = daemon.outputs.lock().await;
+        let mut st = daemon.state.lock().await;
         for (id, fd) in restored {
-            if st
-                .jobs
-                .get(&id)
-                .is_some_and(|j| j.state == super::job::JobState::Pending)
-            {
-                outputs.insert(id, fd);
-            } else {
-                super::output::unstore(id);
+            match st.jobs.get_mut(&id) {
+                Some(j) if j.state() == super::job::JobState::Pending => j.hold_output_fd(fd),
+                _ => super::output::unstore(id),
             }
         }
     }
@@ -444,8 +438,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             let st = daemon.state.lock().await;
             st.jobs
                 .values()
-                .filter(|j| !j.state.is_final())
-                .map(|j| (j.id, j.state))
+                .filter(|j| !j.state().is_final())
+                .map(|j| (j.id, j.state()))
                 .collect()
         };
         let publish = audience.public();
@@ -463,12 +457,6 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                         continue;
                     }
                 };
-                if state.is_final() {
-                    // A job that ended before it started (cancelled) lets go of its output file.
-                    if d.outputs.lock().await.remove(&id).is_some() {
-                        super::output::unstore(id);
-                    }
-                }
                 super::job_object::on_change(&conn, &d, id, state, publish).await;
                 let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) else {
                     continue;
@@ -589,7 +577,7 @@ async fn recheck_running(d: &Arc<Daemon>) {
         let st = d.state.lock().await;
         st.jobs
             .values()
-            .filter(|j| j.state == super::job::JobState::Running)
+            .filter(|j| j.state() == super::job::JobState::Running)
             .map(|j| (j.id, j.unit()))
             .collect()
     };

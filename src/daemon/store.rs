@@ -255,7 +255,7 @@ impl Store {
             let start = buf.len();
             // What a detached job let go of is in its current record.
             let attached;
-            let job = match job.detached {
+            let job = match job.detached() {
                 Some(_) => {
                     let mut j = job.clone();
                     j.attach(self.read(job.id)?);
@@ -264,7 +264,7 @@ impl Store {
                 }
                 None => job,
             };
-            serde_json::to_writer(&mut buf, &StoredJob::from(job))?;
+            serde_json::to_writer(&mut buf, job)?;
             buf.push(b'\n');
             let n = u32::try_from(buf.len() - start).context("a job record over 4 GiB")?;
             placed.push((job.id, self.len + start as u64, n));
@@ -413,29 +413,6 @@ impl Store {
     }
 }
 
-/// A job as stored: its forwarded environment only until its unit started.
-#[derive(serde::Serialize)]
-struct StoredJob<'a> {
-    #[serde(flatten)]
-    job: std::borrow::Cow<'a, Job>,
-}
-
-impl<'a> From<&'a Job> for StoredJob<'a> {
-    fn from(job: &'a Job) -> Self {
-        if !job.keeps_env() && job.command.env.is_some() {
-            let mut j = job.clone();
-            j.command.env = None;
-            StoredJob {
-                job: std::borrow::Cow::Owned(j),
-            }
-        } else {
-            StoredJob {
-                job: std::borrow::Cow::Borrowed(job),
-            }
-        }
-    }
-}
-
 /// What `rewrite` built.
 struct Rewritten {
     jobs: BTreeMap<JobId, Job>,
@@ -512,7 +489,7 @@ fn load(
         let job: Job =
             serde_json::from_slice(&buf).with_context(|| format!("the record of job {id}"))?;
         r.at.insert(*id, place(&buf, *n)?);
-        if job.state.is_final() {
+        if job.state().is_final() {
             let brief = Brief::of(&job, |s| r.strings.get(s));
             r.ended.insert(*id, brief);
         } else {

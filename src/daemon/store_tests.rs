@@ -18,7 +18,7 @@ fn appended_records_are_synced_by_the_next_save_or_sync() {
     assert!(s.is_synced());
     s.append([&job(1, JobState::Completed)]).unwrap();
     assert!(!s.is_synced());
-    assert_eq!(s.read(1).unwrap().state, JobState::Completed);
+    assert_eq!(s.read(1).unwrap().state(), JobState::Completed);
     s.save([&job(2, JobState::Running)]).unwrap();
     assert!(s.is_synced(), "a save syncs what was appended before it");
     s.append([&job(2, JobState::Failed)]).unwrap();
@@ -39,7 +39,7 @@ fn jobs_survive_reopen_and_last_record_wins() {
     s.save([&job(1, JobState::Pending), &job(2, JobState::Pending)])
         .unwrap();
     let mut started = job(1, JobState::Running);
-    started.invocation_id = "0123456789abcdef0123456789abcdef".into();
+    started.invocation_known("0123456789abcdef0123456789abcdef".into());
     // Marked RUNNING, but systemd has not started its unit yet.
     let launching = job(3, JobState::Running);
     s.save([&started, &launching]).unwrap();
@@ -47,7 +47,7 @@ fn jobs_survive_reopen_and_last_record_wins() {
     drop(s);
     let (_, loaded) = Store::open(dir.path()).unwrap();
     assert_eq!(loaded.jobs.len(), 3);
-    assert_eq!(loaded.jobs[&1].state, JobState::Running);
+    assert_eq!(loaded.jobs[&1].state(), JobState::Running);
     assert_eq!(loaded.next_id, 4);
     // A started job's environment never reaches the disk; one whose unit
     // has not run yet keeps it (a lost start is retried with it).
@@ -165,7 +165,7 @@ fn a_log_without_a_version_is_version_1_and_gets_it_when_compacted() {
     assert!(loaded.warning.is_none());
     assert_eq!(loaded.jobs.keys().copied().collect::<Vec<_>>(), vec![1]);
     assert!(loaded.ended.contains(2));
-    assert_eq!(s.read(2).unwrap().state, JobState::Completed);
+    assert_eq!(s.read(2).unwrap().state(), JobState::Completed);
     let log = std::fs::read(dir.path().join(LOG)).unwrap();
     assert_eq!(log, [VERSION_1, &old].concat(), "the records, as they were");
     // And at a compaction while running.
@@ -175,7 +175,7 @@ fn a_log_without_a_version_is_version_1_and_gets_it_when_compacted() {
     assert!(s.maybe_compact().unwrap());
     let log = std::fs::read(dir.path().join(LOG)).unwrap();
     assert!(log.starts_with(VERSION_1));
-    assert_eq!(s.read(2).unwrap().state, JobState::Completed);
+    assert_eq!(s.read(2).unwrap().state(), JobState::Completed);
 }
 
 #[test]

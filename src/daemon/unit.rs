@@ -120,7 +120,7 @@ pub fn properties(
     devices: &[(String, String)],
     output: Option<std::os::fd::OwnedFd>,
 ) -> Vec<(&'static str, Variant<'static>)> {
-    let alloc = job.alloc.as_ref();
+    let alloc = job.alloc();
     let (mut path, mut argv) = exec_start(job);
     // --output: the tee wrapper gets the user's file as its stdin descriptor.
     let stdin: Variant<'static> = match output {
@@ -232,7 +232,7 @@ mod tests {
     }
 
     fn running_job() -> Job {
-        let mut job = job_with(JobState::Running, Outcome::default());
+        let mut job = job_with(JobState::Pending, Outcome::default());
         job.id = 7;
         job.command.argv = vec!["/usr/bin/env".into(), "-0".into()];
         job.command.env = Some(vec![
@@ -240,20 +240,22 @@ mod tests {
             "XLURM_JOB_ID=999".into(),
             "CUDA_VISIBLE_DEVICES=0,1,2".into(),
         ]);
-        job.alloc = Some(Allocation {
-            cpus: IdSet::parse_list("1,3").unwrap(),
-            mem_nodes: IdSet::parse_list("1").unwrap(),
-            mem_bytes: 64 << 20,
-            mem_charge: vec![(1, 64 << 20)],
-            devices: vec![DeviceRef {
-                vendor: Vendor::Nv,
-                index: 0,
-                uuid: "GPU-a".into(),
-            }],
-            spread: false,
-            exclusive: false,
-        });
-        job
+        job.started(
+            Allocation {
+                cpus: IdSet::parse_list("1,3").unwrap(),
+                mem_nodes: IdSet::parse_list("1").unwrap(),
+                mem_bytes: 64 << 20,
+                mem_charge: vec![(1, 64 << 20)],
+                devices: vec![DeviceRef {
+                    vendor: Vendor::Nv,
+                    index: 0,
+                    uuid: "GPU-a".into(),
+                }],
+                spread: false,
+                exclusive: false,
+            },
+            0,
+        )
     }
 
     fn get<'a>(p: &'a [(&str, Variant<'static>)], name: &str) -> &'a Variant<'static> {

@@ -14,13 +14,21 @@ impl<U: Units> Daemon<U> {
         match job.state() {
             JobState::Pending => {
                 // On disk first: a cancel that could not be recorded changes nothing.
-                let job = st.jobs.get(&id).expect("checked above");
+                // Whole: its command comes back from its record, to be kept in the new one.
+                let job = st
+                    .full(id)
+                    .map_err(ApiError::from)?
+                    .ok_or_else(|| no_such_job(id))?;
                 let job = job.cancelled_pending(uid, now_usec());
                 st.store.save([&job]).map_err(ApiError::from)?;
                 st.sched.dequeue(id);
                 st.pending_done(id);
-                st.jobs.insert(id, job);
+                // Its --output file is let go of with it.
+                let had_output = st.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());
                 drop(st);
+                if had_output {
+                    crate::daemon::output::unstore(id);
+                }
                 self.changed(id, JobState::Cancelled);
                 self.kick.notify_one();
                 Ok(JobState::Pending)
@@ -31,7 +39,7 @@ impl<U: Units> Daemon<U> {
                 // Asked again: systemd is asked again (a stop job merges into
                 // the one under way), the record, already saying so, is not
                 // written again.
-                if job.cancel_requested_by.is_none() {
+                if job.cancel_requested_by().is_none() {
                     let job = job.cancel_requested(uid);
                     st.store.save([&job]).map_err(ApiError::from)?;
                     st.jobs.insert(id, job);

@@ -1,5 +1,6 @@
 //! The scheduling pass and each start: RUNNING persisted first, then
-//! StartTransientUnit with its retries, and the launching/signalled handshake.
+//! StartTransientUnit with its retries, and the handshake with the unit
+//! watcher while a start is in flight (`job::Launch`).
 
 use super::*;
 
@@ -55,23 +56,29 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        if let Ok(mut l) = self.launching.lock() {
-            l.extend(started.iter().map(|j| j.id));
-        }
-        for j in &started {
+        // In flight from here (`Launch::InFlight`) until systemd answers.
+        let mut launches = Vec::with_capacity(started.len());
+        for j in started {
             st.pending_done(j.id);
-            st.jobs.insert(j.id, j.clone());
+            // The pending job's --output descriptor goes to the launch.
+            let output_fd = st
+                .jobs
+                .insert(j.id, j.clone())
+                .and_then(|mut pending| pending.take_output_fd());
+            launches.push((j, output_fd));
         }
         drop(st);
         // Launch concurrently: each waits for systemd on its own.
-        for job in started {
+        for (job, output_fd) in launches {
             self.changed(job.id, JobState::Running);
             let d = self.clone();
-            tokio::spawn(async move { d.launch(job).await });
+            tokio::spawn(async move { d.launch(job, output_fd).await });
         }
     }
 
-    pub(super) async fn launch(&self, job: Job) {
+    /// Starts the unit of `job`, which is in flight (`Launch::InFlight`),
+    /// with its `--output` descriptor if it has one.
+    pub(super) async fn launch(&self, job: Job, output_fd: Option<std::os::fd::OwnedFd>) {
         let run_as = match self.run_as(job.uid).await {
             Ok(r) => Some(r),
             Err(e) => {
@@ -88,11 +95,7 @@ impl<U: Units> Daemon<U> {
                 return;
             }
         }
-        let devices = job
-            .alloc
-            .as_ref()
-            .map(|a| a.devices.clone())
-            .unwrap_or_default();
+        let devices = job.alloc().map(|a| a.devices.clone()).unwrap_or_default();
         let (visibility, allow) = match device_setup(&self.accel, &devices) {
             Ok(x) => x,
             Err(e) => {
@@ -103,7 +106,6 @@ impl<U: Units> Daemon<U> {
         };
         // --output: systemd holds the user's file from here on (the job's tee
         // wrapper writes it), so the daemon lets go of it once the unit exists.
-        let output_fd = self.outputs.lock().await.remove(&job.id);
         if output_fd.is_none() && job.output.as_ref().is_some_and(|o| o.error.is_empty()) {
             self.output_lost(
                 job.id,
@@ -126,32 +128,25 @@ impl<U: Units> Daemon<U> {
         }
         drop(output_fd);
         let result = self.start_unit(&job.unit(), &props).await;
-        let signalled = self.launched(job.id);
+        let (heard, cancelled) = self.launched(job.id).await;
         match result {
             // From here on the unit's signals tell how it goes (run.rs).
             Ok(_) => {
                 tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
                 // Cancelled while systemd was creating the unit: that stop
                 // found no unit, so stop it now.
-                let cancelled = self
-                    .state
-                    .lock()
-                    .await
-                    .jobs
-                    .get(&job.id)
-                    .is_some_and(|j| j.cancel_requested_by.is_some());
                 if cancelled {
                     if let Err(e) = self.systemd.stop(&job.unit()).await {
                         tracing::warn!(job = job.id, "stopping {}: {e}", job.unit());
                     }
                 }
-                match signalled {
-                    Some(Some(ended)) if !cancelled => {
-                        self.reconcile_with(job.id, Some(ended)).await
+                match heard {
+                    Heard::Ended(ended) if !cancelled => {
+                        self.reconcile_with(job.id, Some(*ended)).await
                     }
-                    Some(_) => self.reconcile(job.id).await,
-                    None if cancelled => self.reconcile(job.id).await,
-                    None => {}
+                    Heard::Ended(_) | Heard::Changed => self.reconcile(job.id).await,
+                    Heard::Nothing if cancelled => self.reconcile(job.id).await,
+                    Heard::Nothing => {}
                 }
             }
             Err(e) => {
@@ -208,8 +203,8 @@ impl<U: Units> Daemon<U> {
         tracing::warn!(job = id, "job {id}: no --output copy: {why}");
         let mut st = self.state.lock().await;
         if let Some(j) = st.jobs.get_mut(&id) {
-            if let Some(o) = j.output.as_mut() {
-                o.error = why.to_string();
+            if !j.output_lost(why) {
+                return;
             }
             let j = j.clone();
             if let Err(e) = st.store.save([&j]) {
@@ -218,19 +213,22 @@ impl<U: Units> Daemon<U> {
         }
     }
 
-    /// Job `id` is launched (or failed to): returns whether its unit
-    /// signalled meanwhile (so it should be handled now), with its end if
-    /// the signals told it.
-    pub(super) fn launched(&self, id: JobId) -> Option<Option<UnitStatus>> {
-        let mut l = self.launching.lock().ok()?;
-        l.remove(&id);
-        self.signalled.lock().ok()?.remove(&id)
+    /// Job `id` is launched (or failed to): what its unit's signals told
+    /// meanwhile (to be handled now), and whether a cancel was asked for.
+    /// Under the state lock, which a reconcile takes to look at the job: a
+    /// signal is either kept for here or handled by that reconcile.
+    pub(super) async fn launched(&self, id: JobId) -> (Heard, bool) {
+        let mut st = self.state.lock().await;
+        match st.jobs.get_mut(&id) {
+            Some(j) => (j.launched(), j.cancel_requested_by().is_some()),
+            None => (Heard::Nothing, false),
+        }
     }
 
     /// Stops starting jobs, then waits (up to `limit`) until no launch is in
     /// flight: called before the daemon exits, so no job is left marked RUNNING
     /// without its unit. The flag is set under the state lock, so a scheduling
-    /// pass either finished (its launches are in `launching`) or starts none.
+    /// pass either finished (its launches are in flight) or starts none.
     pub async fn stop_launching(&self, limit: std::time::Duration) {
         {
             let _st = self.state.lock().await;
@@ -238,13 +236,20 @@ impl<U: Units> Daemon<U> {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }
         let t0 = std::time::Instant::now();
-        while self.launching.lock().is_ok_and(|l| !l.is_empty()) && t0.elapsed() < limit {
+        while self.any_in_flight().await && t0.elapsed() < limit {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
+    /// Whether a job's start is in flight.
+    async fn any_in_flight(&self) -> bool {
+        let st = self.state.lock().await;
+        st.jobs
+            .values()
+            .any(|j| j.run().is_some_and(|r| r.in_flight()))
+    }
+
     pub(super) async fn fail_launch(&self, id: JobId, detail: String) {
-        let _ = self.launched(id);
         tracing::warn!(job = id, "job {id} launch failed: {detail}");
         let outcome = Outcome {
             result: "launch-failed".into(),

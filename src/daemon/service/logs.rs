@@ -93,7 +93,7 @@ impl<U: Units> Daemon<U> {
                 .full(id)
                 .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
                 .ok_or_else(|| no_such_job(id))?;
-            (self.log_source(&job), job.state)
+            (self.log_source(&job), job.state())
         };
         let mut out = LogPage {
             lines: Vec::new(),
@@ -162,7 +162,7 @@ impl<U: Units> Daemon<U> {
             id: job.id,
             uid: job.uid,
             unit: job.unit(),
-            start_usec: job.start_usec,
+            start_usec: job.start_usec(),
             user_mode: self.settings.unit.user_mode,
             journalctl: self.settings.journalctl.clone(),
         }

@@ -3,7 +3,7 @@
 //! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
 //! take the caller's uid as an argument so they can be tested without a bus.
 
-use super::job::{Brief, Command, Ended, Job, JobState, Outcome, Strings};
+use super::job::{Brief, Command, Ended, Heard, Job, JobState, Outcome, Strings};
 use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
 use super::store::{Loaded, Store};
@@ -64,18 +64,8 @@ pub struct Daemon<U = Systemd> {
     pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
     /// The accelerator backends in use and the devices they found.
     pub accel: Vec<crate::accel::Active>,
-    /// `--output` descriptors of jobs whose copy has not started (see `output`).
-    pub outputs: Mutex<HashMap<JobId, std::os::fd::OwnedFd>>,
-    /// Jobs between "marked RUNNING" and systemd's answer to StartTransientUnit:
-    /// never reconciled, or a unit not created yet would look gone.
-    launching: std::sync::Mutex<std::collections::HashSet<JobId>>,
     /// Set (under the state lock) when the daemon is stopping: no new launches.
     stopping: std::sync::atomic::AtomicBool,
-    /// Jobs whose unit is being read, and whether to read it once more after.
-    reconciling: std::sync::Mutex<HashMap<JobId, bool>>,
-    /// Launching jobs whose unit signalled meanwhile, with its end if the
-    /// signals told it (else it is read whole): handled once launched.
-    signalled: std::sync::Mutex<HashMap<JobId, Option<UnitStatus>>>,
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
@@ -83,9 +73,6 @@ pub struct Daemon<U = Systemd> {
     accounts: std::sync::Mutex<Recent<RunAs>>,
     /// Checks working directories with the submitter's rights (see `as_user`).
     workdirs: super::as_user::Checker,
-    /// Running jobs' memory peak as last read from their cgroup, for when
-    /// systemd reports none at the end (see `sample_memory_peaks`).
-    peaks: std::sync::Mutex<HashMap<JobId, u64>>,
     /// Turns to read the journal (see `LogReads`).
     log_reads: logs::LogReads,
 }
@@ -117,15 +104,10 @@ impl<U: Units> Daemon<U> {
             kick: Notify::new(),
             changes: tx,
             accel,
-            outputs: Mutex::new(HashMap::new()),
-            launching: std::sync::Mutex::new(std::collections::HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
-            reconciling: std::sync::Mutex::new(HashMap::new()),
-            signalled: std::sync::Mutex::new(HashMap::new()),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             workdirs: super::as_user::Checker::default(),
-            peaks: std::sync::Mutex::new(HashMap::new()),
             log_reads: logs::LogReads::default(),
         });
         (d, rx)

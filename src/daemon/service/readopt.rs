@@ -45,21 +45,21 @@ impl<U: Units> Daemon<U> {
             let st = self.state.lock().await;
             st.jobs
                 .values()
-                .filter(|j| j.state == JobState::Running)
+                .filter(|j| j.state() == JobState::Running)
                 .cloned()
                 .collect()
         };
         for job in running {
             match self.systemd.status(&job.unit()).await? {
                 Some(status)
-                    if job.invocation_id.is_empty()
-                        || status.invocation_id == job.invocation_id =>
+                    if job.invocation_id().is_empty()
+                        || status.invocation_id == job.invocation_id() =>
                 {
                     {
                         let mut st = self.state.lock().await;
-                        if let Some(alloc) = job.alloc.clone() {
-                            let deadline = job.start_usec / 1_000_000 + job.demand.time_limit_secs;
-                            st.sched.adopt(job.id, alloc, deadline);
+                        if let Some(run) = job.run() {
+                            let deadline = run.start_usec / 1_000_000 + job.demand.time_limit_secs;
+                            st.sched.adopt(job.id, run.alloc.clone(), deadline);
                         }
                     }
                     tracing::info!(job = job.id, "job {} re-adopted ({})", job.id, job.unit());
@@ -95,7 +95,7 @@ impl<U: Units> Daemon<U> {
         } = &mut *st;
         let mut removed = 0;
         jobs.retain(|id, j| {
-            let keep = !(j.state.is_final() && j.end_usec < cutoff);
+            let keep = !(j.state().is_final() && j.end_usec() < cutoff);
             if !keep {
                 store.forget(*id);
                 removed += 1;
@@ -117,7 +117,7 @@ impl<U: Units> Daemon<U> {
         let old: Vec<JobId> = st
             .jobs
             .values()
-            .filter(|j| j.state.is_final() && j.end_usec.saturating_add(linger) < now)
+            .filter(|j| j.state().is_final() && j.end_usec().saturating_add(linger) < now)
             .map(|j| j.id)
             .collect();
         for id in old {

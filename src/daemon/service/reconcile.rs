@@ -4,6 +4,30 @@
 
 use super::*;
 
+/// What a read of a running job's unit needs of the job.
+struct Read {
+    unit: String,
+    cancelled: bool,
+    invocation: String,
+    /// The MemoryMax xlurm gave the unit.
+    memory_max: u64,
+    /// Its peak as last read from its cgroup.
+    memory_peak: Option<u64>,
+}
+
+impl Read {
+    fn of(j: &Job) -> Read {
+        let run = j.run();
+        Read {
+            unit: j.unit(),
+            cancelled: j.cancel_requested_by().is_some(),
+            invocation: j.invocation_id().to_string(),
+            memory_max: run.map_or(0, |r| r.alloc.mem_bytes),
+            memory_peak: run.and_then(|r| r.memory_peak),
+        }
+    }
+}
+
 impl<U: Units> Daemon<U> {
     /// Records a final state, frees the job's resources and has its unit
     /// collected (`unit_state`: its ActiveState when known, see
@@ -21,7 +45,7 @@ impl<U: Units> Daemon<U> {
         let Some(job) = st.jobs.get(&id) else {
             return;
         };
-        if job.state.is_final() {
+        if job.is_final() {
             return;
         }
         let why = outcome.detail.clone();
@@ -30,9 +54,6 @@ impl<U: Units> Daemon<U> {
         let job = job.ended(state, outcome, now_usec());
         st.jobs.insert(id, job.clone());
         st.sched.finish(id);
-        if let Ok(mut p) = self.peaks.lock() {
-            p.remove(&id);
-        }
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the
@@ -77,76 +98,63 @@ impl<U: Units> Daemon<U> {
     /// [`Daemon::reconcile`] for a unit whose end its signals told
     /// (`outcome::Tracker`): only its accounting is read.
     pub async fn reconcile_with(&self, id: JobId, ended: Option<UnitStatus>) {
-        {
-            let Ok(mut r) = self.reconciling.lock() else {
-                return;
-            };
-            if let Some(again) = r.get_mut(&id) {
-                *again = true;
-                return;
-            }
-            r.insert(id, false);
-        }
         let mut ended = ended;
         loop {
-            // Boxed: reconcile -> restart_lost -> launch -> reconcile.
-            Box::pin(self.reconcile_once(id, ended.take())).await;
-            let Ok(mut r) = self.reconciling.lock() else {
-                return;
-            };
-            match r.get_mut(&id) {
-                Some(again) if *again => *again = false,
-                _ => {
-                    r.remove(&id);
+            let read = {
+                let mut st = self.state.lock().await;
+                let Some(j) = st.jobs.get_mut(&id) else {
+                    return;
+                };
+                // Its start is in flight: kept for the launch, which takes
+                // it under this lock too (`launched`), so a signal is either
+                // kept there or handled here, never left behind.
+                if j.heard_while_launching(&ended) {
                     return;
                 }
+                if j.is_final() {
+                    // Its end is recorded, but stopping its exited unit had
+                    // to SIGKILL what the job left behind, which leaves the
+                    // unit failed: let systemd forget it.
+                    if ended.as_ref().is_some_and(UnitStatus::failed) {
+                        let unit = j.unit();
+                        drop(st);
+                        self.systemd.reset_failed(&unit).await;
+                    }
+                    return;
+                }
+                // A read under way reads once more after.
+                if !j.begin_read() {
+                    return;
+                }
+                Read::of(j)
+            };
+            // Boxed: reconcile -> restart_lost -> launch -> reconcile.
+            Box::pin(self.reconcile_once(id, read, ended.take())).await;
+            let again = self
+                .state
+                .lock()
+                .await
+                .jobs
+                .get_mut(&id)
+                .is_some_and(Job::end_read);
+            if !again {
+                return;
             }
         }
     }
 
-    pub(super) async fn reconcile_once(&self, id: JobId, ended: Option<UnitStatus>) {
-        {
-            // Under the launching lock, which `launched` takes too: a signal
-            // is either seen there or handled here, never left behind.
-            let Ok(l) = self.launching.lock() else {
-                return;
-            };
-            if l.contains(&id) {
-                if let Ok(mut s) = self.signalled.lock() {
-                    let seen = s.entry(id).or_default();
-                    // An end the signals told is kept over signals that told less.
-                    if ended.is_some() {
-                        *seen = ended;
-                    }
-                }
-                return;
-            }
-        }
-        let (unit, cancelled, invocation, memory_max) = {
-            let st = self.state.lock().await;
-            match st.jobs.get(&id) {
-                Some(j) if j.state == JobState::Running => (
-                    j.unit(),
-                    j.cancel_requested_by.is_some(),
-                    j.invocation_id.clone(),
-                    j.alloc.as_ref().map(|a| a.mem_bytes),
-                ),
-                // Its end is recorded, but stopping its exited unit had to
-                // SIGKILL what the job left behind, which leaves the unit
-                // failed: let systemd forget it.
-                Some(j) if j.state.is_final() && ended.as_ref().is_some_and(UnitStatus::failed) => {
-                    let unit = j.unit();
-                    drop(st);
-                    self.systemd.reset_failed(&unit).await;
-                    return;
-                }
-                _ => return,
-            }
-        };
+    async fn reconcile_once(&self, id: JobId, job: Read, ended: Option<UnitStatus>) {
+        let Read {
+            unit,
+            cancelled,
+            invocation,
+            memory_max,
+            memory_peak,
+        } = job;
         let read = match ended {
             Some(mut status) => {
                 // The MemoryMax xlurm gave the unit (for the OOM race in classify).
-                status.memory_max = memory_max;
+                status.memory_max = Some(memory_max);
                 Ok(Some(self.systemd.accounting(&unit, status).await))
             }
             None => self.systemd.status(&unit).await,
@@ -154,7 +162,7 @@ impl<U: Units> Daemon<U> {
         match read {
             Ok(Some(mut status)) => {
                 if status.memory_peak.is_none() {
-                    status.memory_peak = self.peaks.lock().ok().and_then(|p| p.get(&id).copied());
+                    status.memory_peak = memory_peak;
                 }
                 if !invocation.is_empty()
                     && !status.invocation_id.is_empty()
@@ -211,13 +219,12 @@ impl<U: Units> Daemon<U> {
     /// after a restart an empty one matches whatever runs the unit.
     pub async fn started(&self, id: JobId, invocation: String) {
         let mut st = self.state.lock().await;
-        if let Some(j) = st.jobs.get_mut(&id) {
-            if j.state == JobState::Running && j.invocation_id.is_empty() {
-                j.invocation_id = invocation;
-                // It started: its environment is no longer needed.
-                j.command.env = None;
-                let _ = self.changes.send((id, Change::Invocation));
-            }
+        if st
+            .jobs
+            .get_mut(&id)
+            .is_some_and(|j| j.invocation_known(invocation))
+        {
+            let _ = self.changes.send((id, Change::Invocation));
         }
     }
 
@@ -227,26 +234,22 @@ impl<U: Units> Daemon<U> {
     /// [`MAX_RELAUNCHES`] times. If it did start, it was stopped outside
     /// xlurm before its result was read: CANCELLED, saying so.
     pub(super) async fn restart_lost(&self, id: JobId, unit: &str) {
-        // One decision per job: a concurrent reconcile sees it launching.
-        if !self.launching.lock().is_ok_and(|mut l| l.insert(id)) {
-            return;
-        }
+        // One decision per job: a concurrent reconcile sees it in flight.
         let job = {
-            let st = self.state.lock().await;
-            match st.jobs.get(&id) {
-                Some(j) if j.state == JobState::Running && j.invocation_id.is_empty() => j.clone(),
-                _ => {
-                    drop(st);
-                    self.launched(id);
-                    return;
-                }
+            let mut st = self.state.lock().await;
+            let Some(j) = st.jobs.get_mut(&id) else {
+                return;
+            };
+            if !j.claim_relaunch() {
+                return;
             }
+            j.clone()
         };
         let user_mode = self.settings.unit.user_mode;
         let ran = crate::daemon::journal::unit_started(
             &self.settings.journalctl,
             unit,
-            job.start_usec,
+            job.start_usec(),
             user_mode,
         )
         .await;
@@ -261,48 +264,52 @@ impl<U: Units> Daemon<U> {
         let outcome = match ran {
             Ok(true) => stopped(String::new()),
             Err(e) => stopped(format!(" (whether it ever ran is unknown: {e:#})")),
-            Ok(false) if job.relaunches >= MAX_RELAUNCHES => {
+            Ok(false) if job.relaunches() >= MAX_RELAUNCHES => {
                 self.fail_launch(
                     id,
                     format!(
                         "systemd lost the start of {unit} {} times in a row",
-                        job.relaunches + 1
+                        job.relaunches() + 1
                     ),
                 )
                 .await;
                 return;
             }
             Ok(false) => {
-                let job = {
+                let saved = {
                     let mut st = self.state.lock().await;
-                    let Some(j) = st.jobs.get_mut(&id) else {
-                        drop(st);
-                        self.launched(id);
+                    let Some(j) = st
+                        .jobs
+                        .get(&id)
+                        .filter(|j| j.run().is_some_and(|r| r.in_flight()))
+                    else {
                         return;
                     };
-                    j.relaunches += 1;
-                    if let Some(o) = j.output.as_mut().filter(|o| o.error.is_empty()) {
-                        o.error = "the copy was lost when systemd lost the job's first start; \
-                                   the output is in the journal: xlurm log"
-                            .into();
+                    let job = j.relaunched();
+                    // On disk first: the count is what bounds the relaunches.
+                    st.store.save([&job]).map(|()| {
+                        st.jobs.insert(id, job.clone());
+                        job
+                    })
+                };
+                let job = match saved {
+                    Ok(job) => job,
+                    Err(e) => {
+                        let why = format!("systemd lost the start of {unit}, and recording a relaunch failed: {e:#}");
+                        self.fail_launch(id, why).await;
+                        return;
                     }
-                    let j = j.clone();
-                    if let Err(e) = st.store.save([&j]) {
-                        tracing::warn!(job = id, "recording the relaunch: {e:#}");
-                    }
-                    j
                 };
                 tracing::warn!(
                     job = id,
                     "job {id}: systemd lost the start of {unit} before it ever ran; starting it again ({}/{MAX_RELAUNCHES})",
-                    job.relaunches
+                    job.relaunches()
                 );
                 // Boxed: launch -> reconcile -> restart_lost -> launch.
-                Box::pin(self.launch(job)).await;
+                Box::pin(self.launch(job, None)).await;
                 return;
             }
         };
-        self.launched(id);
         self.finalize(id, JobState::Cancelled, outcome, None).await;
     }
 
@@ -348,15 +355,12 @@ impl<U: Units> Daemon<U> {
             .iter()
             .filter_map(|(id, unit)| Some((*id, self.systemd.memory_peak_now(unit)?)))
             .collect();
-        // Under the state lock, for jobs still running: `finalize` drops a
-        // job's figure under it, so none is left behind for an ended job.
-        let st = self.state.lock().await;
-        if let Ok(mut p) = self.peaks.lock() {
-            p.extend(seen.into_iter().filter(|(id, _)| {
-                st.jobs
-                    .get(id)
-                    .is_some_and(|j| j.state == JobState::Running)
-            }));
+        // Kept with each job still running (`Run::memory_peak`).
+        let mut st = self.state.lock().await;
+        for (id, peak) in seen {
+            if let Some(j) = st.jobs.get_mut(&id) {
+                j.saw_memory_peak(peak);
+            }
         }
     }
 }

@@ -65,7 +65,7 @@ impl Found<'_> {
 
     pub fn state(&self) -> JobState {
         match self {
-            Found::Full(j) => j.state,
+            Found::Full(j) => j.state(),
             Found::Brief(b) => b.state,
         }
     }
@@ -79,7 +79,7 @@ impl State {
         for j in loaded
             .jobs
             .values_mut()
-            .filter(|j| j.state == JobState::Pending)
+            .filter(|j| j.state() == JobState::Pending)
         {
             usage.entry(j.uid).or_default().add(j.usage());
             sched.enqueue(j.id, j.demand.clone());
@@ -109,7 +109,7 @@ impl State {
     /// a while ago.
     pub fn full(&self, id: JobId) -> anyhow::Result<Option<std::borrow::Cow<'_, Job>>> {
         match self.jobs.get(&id) {
-            Some(j) if j.detached.is_some() => {
+            Some(j) if j.detached().is_some() => {
                 let mut j = j.clone();
                 j.attach(self.store.read(id)?);
                 Ok(Some(std::borrow::Cow::Owned(j)))
@@ -156,7 +156,7 @@ impl State {
 
     /// Keeps ended job `id` in brief only, from now on.
     pub fn retire(&mut self, id: JobId) {
-        if !self.jobs.get(&id).is_some_and(|j| j.state.is_final()) {
+        if !self.jobs.get(&id).is_some_and(|j| j.state().is_final()) {
             return;
         }
         if let Some(job) = self.jobs.remove(&id) {

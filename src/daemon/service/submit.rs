@@ -58,35 +58,22 @@ impl<U: Units> Daemon<U> {
                 mem_bytes: demand.mem_bytes,
                 mem_default: demand.mem_default,
             });
-            new_jobs.push(Job {
-                id,
-                name: spec.name,
-                uid,
-                user: user.clone(),
-                command: Command {
-                    argv: spec.argv,
-                    script: spec.script,
-                    cwd: spec.cwd,
-                    env: spec.env,
-                },
-                demand,
-                state: JobState::Pending,
-                submit_usec: now,
-                start_usec: 0,
-                end_usec: 0,
-                alloc: None,
-                invocation_id: String::new(),
-                outcome: None,
-                cancel_requested_by: None,
-                relaunches: 0,
-                detached: None,
-                output: output
-                    .as_ref()
-                    .map(|(_, path)| crate::daemon::job::OutputCopy {
-                        path: path.clone(),
-                        ..Default::default()
-                    }),
-            });
+            let command = Command {
+                argv: spec.argv,
+                script: spec.script,
+                cwd: spec.cwd,
+                env: spec.env,
+            };
+            let copy = output
+                .as_ref()
+                .map(|(_, path)| crate::daemon::job::OutputCopy {
+                    path: path.clone(),
+                    ..Default::default()
+                });
+            let owner = (uid, user.clone());
+            new_jobs.push(Job::pending(
+                id, spec.name, owner, command, demand, now, copy,
+            ));
         }
         let mut adding = crate::core::Usage::default();
         for j in &new_jobs {
@@ -104,18 +91,20 @@ impl<U: Units> Daemon<U> {
             )));
         }
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
+        let mut output_fd = output.map(|(fd, _)| fd);
         for mut job in new_jobs {
             st.sched.enqueue(job.id, job.demand.clone());
             st.pending_added(&job);
             // On disk now: memory keeps what waiting needs.
             job.detach();
+            // Kept in systemd's descriptor store too, across a crash.
+            if let Some(fd) = output_fd.take() {
+                crate::daemon::output::store(job.id, &fd);
+                job.hold_output_fd(fd);
+            }
             st.jobs.insert(job.id, job);
         }
         drop(st);
-        if let (Some((fd, _)), Some(id)) = (output, new_ids.first()) {
-            crate::daemon::output::store(*id, &fd);
-            self.outputs.lock().await.insert(*id, fd);
-        }
         for id in new_ids {
             self.changed(id, JobState::Pending);
         }

@@ -31,7 +31,7 @@ async fn a_private_queue_answers_about_someone_elses_job_as_about_none() {
         assert!(matches!(seen, ApiError::NoSuchJob(_)), "{seen:?}");
     }
     assert_eq!(d.systemd.calls("stop", &unit), 0);
-    assert_eq!(job(&d, id).await.state, JobState::Pending);
+    assert_eq!(job(&d, id).await.state(), JobState::Pending);
     // Its owner, root and an admin still reach it.
     let st = d.state.lock().await;
     assert_eq!(d.sight_of(&st, 1000, id, false).unwrap(), Sight::Own);

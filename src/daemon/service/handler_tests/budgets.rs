@@ -69,7 +69,13 @@ async fn each_budget_refuses_with_limit_exceeded_naming_it_and_changes_nothing()
     };
     assert!(text.contains("--max-output-files-per-user"), "{text}");
     assert_eq!(
-        d.outputs.lock().await.len(),
+        d.state
+            .lock()
+            .await
+            .jobs
+            .values()
+            .filter(|j| j.has_output_fd())
+            .count(),
         2,
         "the third descriptor was not kept"
     );

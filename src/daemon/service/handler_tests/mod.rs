@@ -77,12 +77,12 @@ async fn job(d: &Daemon<MemoryUnits>, id: JobId) -> Job {
 async fn wait_state(d: &Daemon<MemoryUnits>, id: JobId, want: JobState) -> Job {
     for _ in 0..1000 {
         let j = job(d, id).await;
-        if j.state == want {
+        if j.state() == want {
             return j;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("job {id} is {:?}, not {want:?}", job(d, id).await.state);
+    panic!("job {id} is {:?}, not {want:?}", job(d, id).await.state());
 }
 
 /// Submits one `sleep 100` as root and runs the scheduling pass until its
@@ -93,7 +93,7 @@ async fn running_job(d: &Arc<Daemon<MemoryUnits>>) -> (JobId, String) {
     wait_state(d, id, JobState::Running).await;
     let unit = crate::unit_name::of_job(id);
     for _ in 0..1000 {
-        if d.systemd.unit(&unit).is_some() && !job(d, id).await.invocation_id.is_empty() {
+        if d.systemd.unit(&unit).is_some() && !job(d, id).await.invocation_id().is_empty() {
             return (id, unit);
         }
         d.reconcile(id).await;
@@ -112,7 +112,7 @@ fn on_disk(dir: &std::path::Path) -> BTreeMap<JobId, JobState> {
     }
     let (_, loaded) = Store::open(copy.path()).unwrap();
     let mut all: BTreeMap<JobId, JobState> =
-        loaded.jobs.values().map(|j| (j.id, j.state)).collect();
+        loaded.jobs.values().map(|j| (j.id, j.state())).collect();
     for id in 1..loaded.next_id {
         if let Some(b) = loaded.ended.get(id) {
             all.insert(id, b.state);
@@ -129,7 +129,7 @@ async fn a_submission_is_queued_and_saved_and_a_bad_one_changes_nothing() {
     let got = d.submit(0, vec![sleep_spec()]).await.unwrap();
     assert_eq!(got.len(), 1);
     let id = got[0].id;
-    assert_eq!(job(&d, id).await.state, JobState::Pending);
+    assert_eq!(job(&d, id).await.state(), JobState::Pending);
     assert_eq!(
         on_disk(dir.path()),
         BTreeMap::from([(id, JobState::Pending)])
@@ -186,7 +186,7 @@ async fn a_scheduled_job_starts_as_its_unit_and_each_end_is_recorded_as_systemd_
         d.systemd.end(&unit, result, code, status);
         d.reconcile(id).await;
         let j = wait_state(&d, id, want).await;
-        let o = j.outcome.expect("an outcome");
+        let o = j.outcome().expect("an outcome");
         assert_eq!(o.result, result);
         if code == 1 {
             assert_eq!(o.exit_status, Some(status), "{result}");
@@ -207,7 +207,7 @@ async fn a_sigkill_at_the_memory_budget_is_an_oom_kill() {
     let dir = tempfile::tempdir().unwrap();
     let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
     let (id, unit) = running_job(&d).await;
-    let budget = job(&d, id).await.alloc.unwrap().mem_bytes;
+    let budget = job(&d, id).await.alloc().unwrap().mem_bytes;
     d.systemd.end(&unit, "signal", 2, 9);
     let mut u = d.systemd.unit(&unit).unwrap();
     u.memory_peak = Some(budget);
@@ -220,7 +220,7 @@ async fn a_sigkill_at_the_memory_budget_is_an_oom_kill() {
     d.systemd.end(&unit, "signal", 2, 9);
     d.reconcile(id).await;
     let j = wait_state(&d, id, JobState::Failed).await;
-    assert_eq!(j.outcome.unwrap().detail, "killed by signal 9");
+    assert_eq!(j.outcome().unwrap().detail, "killed by signal 9");
 }
 
 #[tokio::test]
@@ -231,7 +231,7 @@ async fn a_start_systemd_refuses_ends_launch_failed_saying_why() {
     let id = d.submit(0, vec![sleep_spec()]).await.unwrap()[0].id;
     d.schedule().await;
     let j = wait_state(&d, id, JobState::LaunchFailed).await;
-    assert!(j.outcome.unwrap().detail.contains("Invalid property"));
+    assert!(j.outcome().unwrap().detail.contains("Invalid property"));
     assert_eq!(
         d.state.lock().await.counts(),
         (0, 0),
@@ -251,7 +251,7 @@ async fn a_running_and_a_pending_job(
     wide.request.cpus = 4;
     let pending = d.submit(0, vec![wide]).await.unwrap()[0].id;
     d.schedule().await;
-    assert_eq!(job(&d, pending).await.state, JobState::Pending);
+    assert_eq!(job(&d, pending).await.state(), JobState::Pending);
     (d, running, unit, pending)
 }
 
@@ -270,8 +270,8 @@ async fn cancel_of_a_pending_running_and_ended_job() {
         JobState::Pending
     );
     let j = job(&d, pending).await;
-    assert_eq!(j.state, JobState::Cancelled);
-    assert_eq!(j.cancel_requested_by, Some(0));
+    assert_eq!(j.state(), JobState::Cancelled);
+    assert_eq!(j.cancel_requested_by(), Some(0));
     assert_eq!(on_disk(dir.path())[&pending], JobState::Cancelled);
 
     assert_eq!(
@@ -280,7 +280,7 @@ async fn cancel_of_a_pending_running_and_ended_job() {
     );
     assert_eq!(d.systemd.calls("stop", &unit), 1);
     let j = wait_state(&d, running, JobState::Cancelled).await;
-    assert_eq!(j.cancel_requested_by, Some(0));
+    assert_eq!(j.cancel_requested_by(), Some(0));
     assert_eq!(on_disk(dir.path())[&running], JobState::Cancelled);
 
     for ended in [pending, running] {
@@ -301,7 +301,7 @@ async fn a_unit_that_vanished_while_running_ends_the_job_saying_so() {
     d.systemd.vanish(&unit);
     d.reconcile(id).await;
     let j = wait_state(&d, id, JobState::Cancelled).await;
-    assert!(!j.outcome.unwrap().detail.is_empty(), "says why");
+    assert!(!j.outcome().unwrap().detail.is_empty(), "says why");
     assert_eq!(d.systemd.calls("start", &unit), 1, "not started again");
 }
 
@@ -324,11 +324,11 @@ async fn a_restart_readopts_a_running_unit_records_an_ended_one_and_marks_a_miss
     next.end(&ids[1].1, "exit-code", 1, 3);
     next.vanish(&ids[2].1);
     let (d, _c) = daemon_on(dir.path(), next).await;
-    assert_eq!(job(&d, ids[0].0).await.state, JobState::Running);
+    assert_eq!(job(&d, ids[0].0).await.state(), JobState::Running);
     let j = job(&d, ids[1].0).await;
-    assert_eq!(j.state, JobState::Failed);
-    assert_eq!(j.outcome.unwrap().exit_status, Some(3));
-    assert_eq!(job(&d, ids[2].0).await.state, JobState::Lost);
+    assert_eq!(j.state(), JobState::Failed);
+    assert_eq!(j.outcome().unwrap().exit_status, Some(3));
+    assert_eq!(job(&d, ids[2].0).await.state(), JobState::Lost);
     assert_eq!(
         d.state.lock().await.counts(),
         (0, 1),
@@ -359,8 +359,8 @@ async fn a_failed_save_leaves_memory_and_disk_agreeing() {
     let err = d.cancel(0, running, false).await.unwrap_err();
     assert!(matches!(err, ApiError::Failed(_)), "{err:?}");
     assert_eq!(d.systemd.calls("stop", &unit), 0, "not stopped unrecorded");
-    assert_eq!(job(&d, pending).await.state, JobState::Pending);
-    assert_eq!(job(&d, running).await.cancel_requested_by, None);
+    assert_eq!(job(&d, pending).await.state(), JobState::Pending);
+    assert_eq!(job(&d, running).await.cancel_requested_by(), None);
     assert_eq!(d.state.lock().await.counts(), (1, 1));
 
     // The running job ends: it frees the CPUs, but RUNNING cannot be recorded
@@ -369,8 +369,8 @@ async fn a_failed_save_leaves_memory_and_disk_agreeing() {
     d.reconcile(running).await;
     wait_state(&d, running, JobState::Completed).await;
     d.schedule().await;
-    assert_eq!(job(&d, pending).await.state, JobState::Pending);
-    assert_eq!(job(&d, pending).await.alloc, None);
+    assert_eq!(job(&d, pending).await.state(), JobState::Pending);
+    assert_eq!(job(&d, pending).await.alloc(), None);
     assert_eq!(
         d.systemd.calls("start", &crate::unit_name::of_job(pending)),
         0
@@ -392,7 +392,7 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
     let unit = crate::unit_name::of_job(id);
     d.schedule().await;
     // RUNNING on disk and in memory, StartTransientUnit under way.
-    assert_eq!(job(&d, id).await.state, JobState::Running);
+    assert_eq!(job(&d, id).await.state(), JobState::Running);
     for _ in 0..1000 {
         if d.systemd.calls("start", &unit) == 1 {
             break;
@@ -402,13 +402,13 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
     assert_eq!(d.systemd.calls("start", &unit), 1);
     assert!(d.systemd.unit(&unit).is_none(), "no unit yet");
     assert_eq!(d.cancel(1000, id, false).await.unwrap(), JobState::Running);
-    assert_eq!(job(&d, id).await.cancel_requested_by, Some(1000));
+    assert_eq!(job(&d, id).await.cancel_requested_by(), Some(1000));
     // systemd answers: the unit it made is stopped, and the job ends CANCELLED.
     gate.add_permits(1);
     let j = wait_state(&d, id, JobState::Cancelled).await;
     assert!(d.systemd.calls("stop", &unit) >= 1, "the unit was stopped");
     assert!(d.systemd.unit(&unit).is_none(), "no unit left running");
-    assert_eq!(j.cancel_requested_by, Some(1000));
+    assert_eq!(j.cancel_requested_by(), Some(1000));
     assert_eq!(on_disk(dir.path())[&id], JobState::Cancelled);
 }
 

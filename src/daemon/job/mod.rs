@@ -2,7 +2,13 @@
 
 use crate::core::{Allocation, Demand, JobId, Vendor};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+
+mod brief;
+mod record;
+mod stage;
+
+pub use brief::{Brief, Ended, Strings};
+pub use stage::{End, Heard, HeldFd, Launch, Reading, Run, Stage, Waiting};
 
 /// Job states, named as Slurm users know them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -88,7 +94,10 @@ pub struct Command {
     pub env: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A job: what was submitted, and its stage ([`Stage`]: where it is, with
+/// only what is valid there). Stored as a flat record (`record`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "record::In")]
 pub struct Job {
     pub id: JobId,
     pub name: String,
@@ -96,33 +105,11 @@ pub struct Job {
     pub user: String,
     pub command: Command,
     pub demand: Demand,
-    pub state: JobState,
     /// Microseconds since the epoch.
     pub submit_usec: u64,
-    pub start_usec: u64,
-    pub end_usec: u64,
-    pub alloc: Option<Allocation>,
-    /// systemd's InvocationID of the unit, hex.
-    pub invocation_id: String,
-    pub outcome: Option<Outcome>,
-    /// Set when a cancel was asked for while it ran (by whom).
-    pub cancel_requested_by: Option<u32>,
     /// `--output`: where the job's output is also copied (see `daemon::output`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputCopy>,
-    /// How often its unit was started again because systemd lost the start job
-    /// before the unit ever ran (see `Daemon::restart_lost`).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub relaunches: u8,
-    /// Set while the job waits with its argv, environment and script only in
-    /// its record on disk, not in memory ([`Job::detach`]): the bytes they
-    /// held, still counted against its owner's budget. Never stored.
-    #[serde(skip)]
-    pub detached: Option<u64>,
-}
-
-fn is_zero(n: &u8) -> bool {
-    *n == 0
+    pub stage: Stage,
 }
 
 /// A job's `--output` copy (see `daemon::output`).
@@ -135,9 +122,6 @@ pub struct OutputCopy {
     pub error: String,
 }
 
-/// A job's state changes, all of them. Each returns the job as it is to be,
-/// leaving `self` as it is: a handler persists the new record first and
-/// changes memory only once it is on disk, so memory and disk never disagree.
 /// What a record costs besides its strings (its other fields, in memory
 /// and on disk), in bytes.
 pub const RECORD_OVERHEAD: u64 = 512;
@@ -161,7 +145,7 @@ impl Job {
     /// counted against its owner's `--max-pending-bytes-per-user`: its name,
     /// command, environment, script, directory and output path as stored.
     pub fn held_bytes(&self) -> u64 {
-        if let Some(held) = self.detached {
+        if let Some(held) = self.detached() {
             return held;
         }
         let c = &self.command;
@@ -180,10 +164,14 @@ impl Job {
     /// `GetJob`, and merged into every record written of it meanwhile
     /// (`Store::save`). A waiting job then costs xlurmd a few hundred bytes.
     pub fn detach(&mut self) {
-        if self.state != JobState::Pending || self.detached.is_some() {
+        let held = self.held_bytes();
+        let Stage::Pending(w) = &mut self.stage else {
+            return;
+        };
+        if w.detached.is_some() {
             return;
         }
-        self.detached = Some(self.held_bytes());
+        w.detached = Some(held);
         self.command.argv = Vec::new();
         self.command.env = None;
         self.command.script = None;
@@ -191,7 +179,10 @@ impl Job {
 
     /// Takes back the argv, environment and script of its record `stored`.
     pub fn attach(&mut self, stored: Job) {
-        if self.detached.take().is_some() {
+        let Stage::Pending(w) = &mut self.stage else {
+            return;
+        };
+        if w.detached.take().is_some() {
             self.command.argv = stored.command.argv;
             self.command.env = stored.command.env;
             self.command.script = stored.command.script;
@@ -207,51 +198,113 @@ impl Job {
         }
     }
 
-    /// PENDING to RUNNING: placed (`alloc`) and started at `now` (µs).
-    pub fn started(&self, alloc: crate::core::Allocation, now: u64) -> Job {
-        debug_assert_eq!(self.state, JobState::Pending);
+    /// A new pending job.
+    pub fn pending(
+        id: JobId,
+        name: String,
+        (uid, user): (u32, String),
+        command: Command,
+        demand: Demand,
+        submit_usec: u64,
+        output: Option<OutputCopy>,
+    ) -> Job {
         Job {
-            state: JobState::Running,
-            start_usec: now,
-            alloc: Some(alloc),
-            ..self.clone()
+            id,
+            name,
+            uid,
+            user,
+            command,
+            demand,
+            submit_usec,
+            output,
+            stage: Stage::Pending(Waiting::default()),
         }
     }
 
-    /// A running job that `by` (a uid) asked to cancel: it ends CANCELLED
-    /// when its unit stops.
-    pub fn cancel_requested(&self, by: u32) -> Job {
-        Job {
-            cancel_requested_by: Some(by),
-            ..self.clone()
+    pub fn state(&self) -> JobState {
+        match &self.stage {
+            Stage::Pending(_) => JobState::Pending,
+            Stage::Running(_) => JobState::Running,
+            Stage::Ended(e) => e.state,
         }
     }
 
-    /// PENDING or RUNNING to a final `state`, at `now` (µs), for the reason
-    /// `outcome` gives. Its forwarded environment goes with it.
-    pub fn ended(&self, state: JobState, outcome: Outcome, now: u64) -> Job {
-        debug_assert!(state.is_final() && !self.state.is_final());
-        Job {
-            state,
-            end_usec: now,
-            outcome: Some(outcome),
-            command: Command {
-                env: None,
-                ..self.command.clone()
-            },
-            ..self.clone()
+    pub fn is_final(&self) -> bool {
+        matches!(self.stage, Stage::Ended(_))
+    }
+
+    /// The bytes its argv, environment and script held, while they are on disk only.
+    pub fn detached(&self) -> Option<u64> {
+        match &self.stage {
+            Stage::Pending(w) => w.detached,
+            _ => None,
         }
     }
 
-    /// A pending job its owner (or an admin, `by`) cancelled before it started.
-    pub fn cancelled_pending(&self, by: u32, now: u64) -> Job {
-        let outcome = Outcome {
-            detail: "cancelled before it started".into(),
-            ..Default::default()
-        };
-        Job {
-            cancel_requested_by: Some(by),
-            ..self.ended(JobState::Cancelled, outcome, now)
+    pub fn run(&self) -> Option<&Run> {
+        match &self.stage {
+            Stage::Running(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// When it started (µs since the epoch), 0 if it has not.
+    pub fn start_usec(&self) -> u64 {
+        match &self.stage {
+            Stage::Pending(_) => 0,
+            Stage::Running(r) => r.start_usec,
+            Stage::Ended(e) => e.start_usec,
+        }
+    }
+
+    /// When it ended (µs since the epoch), 0 if it has not.
+    pub fn end_usec(&self) -> u64 {
+        match &self.stage {
+            Stage::Ended(e) => e.end_usec,
+            _ => 0,
+        }
+    }
+
+    /// What it holds or held.
+    pub fn alloc(&self) -> Option<&Allocation> {
+        match &self.stage {
+            Stage::Pending(_) => None,
+            Stage::Running(r) => Some(&r.alloc),
+            Stage::Ended(e) => e.alloc.as_ref(),
+        }
+    }
+
+    /// Its unit's InvocationID, hex; empty while not known.
+    pub fn invocation_id(&self) -> &str {
+        match &self.stage {
+            Stage::Pending(_) => "",
+            Stage::Running(r) => &r.invocation_id,
+            Stage::Ended(e) => &e.invocation_id,
+        }
+    }
+
+    /// How it ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.stage {
+            Stage::Ended(e) => Some(&e.outcome),
+            _ => None,
+        }
+    }
+
+    /// Who asked to cancel it, if anyone did.
+    pub fn cancel_requested_by(&self) -> Option<u32> {
+        match &self.stage {
+            Stage::Pending(_) => None,
+            Stage::Running(r) => r.cancel_requested_by,
+            Stage::Ended(e) => e.cancel_requested_by,
+        }
+    }
+
+    pub fn relaunches(&self) -> u8 {
+        match &self.stage {
+            Stage::Pending(_) => 0,
+            Stage::Running(r) => r.relaunches,
+            Stage::Ended(e) => e.relaunches,
         }
     }
 }
@@ -279,7 +332,7 @@ impl Job {
 
     /// What the job got, once started: `nv:[0,1]`, or `cpu`.
     pub fn devices_allocated(&self) -> Option<String> {
-        let a = self.alloc.as_ref()?;
+        let a = self.alloc()?;
         Some(match a.devices.first() {
             None => "cpu".into(),
             Some(first) => {
@@ -293,18 +346,18 @@ impl Job {
     /// started the unit (an invocation ID is known), a lost start is retried
     /// with it. It is dropped from memory and state after that.
     pub fn keeps_env(&self) -> bool {
-        match self.state {
-            JobState::Pending => true,
-            JobState::Running => self.invocation_id.is_empty(),
-            _ => false,
+        match &self.stage {
+            Stage::Pending(_) => true,
+            Stage::Running(r) => r.invocation_id.is_empty(),
+            Stage::Ended(_) => false,
         }
     }
 
     /// The exit code the CLI reports: the status, 128+signal, or fixed codes
     /// for states without one (see the README).
     pub fn exit_code(&self) -> Option<i32> {
-        let o = self.outcome.as_ref()?;
-        Some(match self.state {
+        let o = self.outcome()?;
+        Some(match self.state() {
             JobState::Completed | JobState::Failed => match (o.exit_status, o.signal) {
                 (Some(s), _) => s,
                 (None, Some(sig)) => 128 + sig,
@@ -317,135 +370,6 @@ impl Job {
             JobState::Lost => 126,
             JobState::Pending | JobState::Running => return None,
         })
-    }
-}
-
-/// A job in brief: what a queue line shows of it. Jobs that ended are kept in
-/// memory only so (about 130 bytes each, their strings shared through
-/// [`Strings`]); their whole record stays in the job log and is read back for
-/// `GetJob` and `ReadLog` (see `store`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Brief {
-    pub submit_usec: u64,
-    pub start_usec: u64,
-    pub end_usec: u64,
-    pub mem_bytes: u64,
-    pub time_limit_secs: u64,
-    pub uid: u32,
-    pub cpus: u32,
-    /// The exit code the CLI reports, -1 while the job has none.
-    pub exit_code: i32,
-    pub state: JobState,
-    pub spread: bool,
-    pub name: Arc<str>,
-    pub user: Arc<str>,
-    /// Devices given, or requested while pending (`cpu`, `nv:[0,1]`, `auto:1`).
-    pub devices: Arc<str>,
-    /// How it ended, in a line; empty while active.
-    pub detail: Arc<str>,
-}
-
-impl Brief {
-    /// `job` in brief, its strings made by `intern`.
-    pub fn of(job: &Job, mut intern: impl FnMut(&str) -> Arc<str>) -> Brief {
-        let devices = job
-            .devices_allocated()
-            .unwrap_or_else(|| job.devices_requested());
-        Brief {
-            submit_usec: job.submit_usec,
-            start_usec: job.start_usec,
-            end_usec: job.end_usec,
-            mem_bytes: job.demand.mem_bytes,
-            time_limit_secs: job.demand.time_limit_secs,
-            uid: job.uid,
-            cpus: job.demand.cpus,
-            exit_code: job.exit_code().unwrap_or(-1),
-            state: job.state,
-            spread: job.alloc.as_ref().is_some_and(|a| a.spread),
-            name: intern(&job.name),
-            user: intern(&job.user),
-            devices: intern(&devices),
-            detail: intern(job.outcome.as_ref().map_or("", |o| o.detail.as_str())),
-        }
-    }
-}
-
-/// Strings shared between brief records: users, and the names, device
-/// summaries and details that repeat across a user's jobs.
-#[derive(Default)]
-pub struct Strings(std::collections::HashSet<Arc<str>>);
-
-impl Strings {
-    pub fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(x) = self.0.get(s) {
-            return x.clone();
-        }
-        let x: Arc<str> = s.into();
-        self.0.insert(x.clone());
-        x
-    }
-
-    /// Lets go of strings no brief record uses any more.
-    pub fn prune(&mut self) {
-        self.0.retain(|s| Arc::strong_count(s) > 1);
-    }
-}
-
-/// Jobs that ended, in brief, by ID: a sorted vector, about half the memory
-/// of a B-tree. Jobs end roughly in ID order, so inserts land at or near the
-/// end, and retention removes them in one pass.
-#[derive(Debug, Default)]
-pub struct Ended(Vec<(JobId, Brief)>);
-
-impl Ended {
-    pub fn insert(&mut self, id: JobId, brief: Brief) {
-        match self.0.binary_search_by_key(&id, |e| e.0) {
-            Ok(i) => self.0[i].1 = brief,
-            Err(i) => self.0.insert(i, (id, brief)),
-        }
-    }
-
-    pub fn get(&self, id: JobId) -> Option<&Brief> {
-        let i = self.0.binary_search_by_key(&id, |e| e.0).ok()?;
-        Some(&self.0[i].1)
-    }
-
-    pub fn contains(&self, id: JobId) -> bool {
-        self.get(id).is_some()
-    }
-
-    pub fn retain(&mut self, mut keep: impl FnMut(JobId, &Brief) -> bool) {
-        self.0.retain(|(id, b)| keep(*id, b));
-    }
-
-    /// Highest ID first.
-    pub fn iter_rev(&self) -> impl Iterator<Item = (JobId, &Brief)> {
-        self.0.iter().rev().map(|(id, b)| (*id, b))
-    }
-
-    /// Lowest ID first, from `from` on.
-    pub fn iter_from(&self, from: JobId) -> impl Iterator<Item = (JobId, &Brief)> {
-        let start = self.0.partition_point(|e| e.0 < from);
-        self.0[start..].iter().map(|(id, b)| (*id, b))
-    }
-
-    pub fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.0.iter().map(|e| e.0)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Gives back spare room once it is more than a quarter.
-    pub fn shrink(&mut self) {
-        if self.0.capacity() > self.0.len() + self.0.len() / 4 {
-            self.0.shrink_to_fit();
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -468,35 +392,41 @@ pub(crate) mod tests_support {
     use super::*;
     use crate::core::{Limits, Machine, Request, Topology};
 
-    /// A finished job with the given state and outcome, for exit-code tests.
+    /// A job of user 1000 in `state`: pending as submitted; running with
+    /// [`some_alloc`], started at 0; ended from pending (no allocation) with
+    /// `outcome` at 0.
     pub fn job_with(state: JobState, outcome: Outcome) -> Job {
         let machine = Machine::new(Topology::single(1, 1 << 30), vec![]);
         let request = Request::default();
         let demand = crate::core::request::validate(&request, &machine, &Limits::default())
             .expect("default request fits");
-        Job {
-            id: 1,
-            name: "t".into(),
-            uid: 1000,
-            user: "u".into(),
-            command: Command {
-                argv: vec!["/bin/true".into()],
-                script: None,
-                cwd: "/".into(),
-                env: None,
-            },
-            demand,
-            state,
-            submit_usec: 0,
-            start_usec: 0,
-            end_usec: 0,
-            alloc: None,
-            invocation_id: String::new(),
-            outcome: Some(outcome),
-            cancel_requested_by: None,
-            output: None,
-            relaunches: 0,
-            detached: None,
+        let command = Command {
+            argv: vec!["/bin/true".into()],
+            script: None,
+            cwd: "/".into(),
+            env: None,
+        };
+        let job = Job::pending(1, "t".into(), (1000, "u".into()), command, demand, 0, None);
+        match state {
+            JobState::Pending => job,
+            JobState::Running => job.started(some_alloc(), 0),
+            _ => job.ended(state, outcome, 0),
+        }
+    }
+
+    /// One CPU of node 0 and 64 MiB.
+    pub fn some_alloc() -> Allocation {
+        Allocation {
+            cpus: crate::core::IdSet::parse_list("0").expect("a CPU list"),
+            mem_nodes: crate::core::IdSet::parse_list("0").expect("a node list"),
+            mem_bytes: 64 << 20,
+            mem_charge: vec![(0, 64 << 20)],
+            devices: vec![],
+            spread: false,
+            exclusive: false,
         }
     }
 }
+
+#[cfg(test)]
+mod stage_tests;

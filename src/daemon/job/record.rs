@@ -1,0 +1,137 @@
+//! A job's record in `jobs.log`: one flat JSON object per job, the format
+//! `tests/store_log_v1.rs` loads (version 1). The stage's data is spread
+//! over fields that exist in every state (0, empty or null where they do
+//! not apply); what is never stored (see `stage`) is not written.
+
+use super::stage::{End, Run, Stage, Waiting};
+use super::{Command, Job, JobState, Outcome, OutputCopy};
+use crate::core::{Allocation, Demand, JobId};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// A record as written.
+#[derive(Serialize)]
+struct Out<'a> {
+    id: JobId,
+    name: &'a str,
+    uid: u32,
+    user: &'a str,
+    command: Cow<'a, Command>,
+    demand: &'a Demand,
+    state: JobState,
+    submit_usec: u64,
+    start_usec: u64,
+    end_usec: u64,
+    alloc: Option<&'a Allocation>,
+    invocation_id: &'a str,
+    outcome: Option<&'a Outcome>,
+    cancel_requested_by: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a OutputCopy>,
+    #[serde(skip_serializing_if = "is_zero")]
+    relaunches: u8,
+}
+
+/// A record as read.
+#[derive(Deserialize)]
+pub(super) struct In {
+    id: JobId,
+    name: String,
+    uid: u32,
+    user: String,
+    command: Command,
+    demand: Demand,
+    state: JobState,
+    submit_usec: u64,
+    start_usec: u64,
+    end_usec: u64,
+    alloc: Option<Allocation>,
+    invocation_id: String,
+    outcome: Option<Outcome>,
+    cancel_requested_by: Option<u32>,
+    #[serde(default)]
+    output: Option<OutputCopy>,
+    #[serde(default)]
+    relaunches: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
+impl Serialize for Job {
+    /// The forwarded environment is written only while the job may still
+    /// need it (see [`Job::keeps_env`]).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let command = if !self.keeps_env() && self.command.env.is_some() {
+            Cow::Owned(Command {
+                env: None,
+                ..self.command.clone()
+            })
+        } else {
+            Cow::Borrowed(&self.command)
+        };
+        Out {
+            id: self.id,
+            name: &self.name,
+            uid: self.uid,
+            user: &self.user,
+            command,
+            demand: &self.demand,
+            state: self.state(),
+            submit_usec: self.submit_usec,
+            start_usec: self.start_usec(),
+            end_usec: self.end_usec(),
+            alloc: self.alloc(),
+            invocation_id: self.invocation_id(),
+            outcome: self.outcome(),
+            cancel_requested_by: self.cancel_requested_by(),
+            output: self.output.as_ref(),
+            relaunches: self.relaunches(),
+        }
+        .serialize(s)
+    }
+}
+
+impl TryFrom<In> for Job {
+    type Error = String;
+
+    fn try_from(r: In) -> Result<Job, String> {
+        let stage = match r.state {
+            JobState::Pending => Stage::Pending(Waiting::default()),
+            JobState::Running => {
+                let alloc = r.alloc.ok_or_else(|| {
+                    format!("job {}: a RUNNING record without its allocation", r.id)
+                })?;
+                Stage::Running(Run::loaded(
+                    alloc,
+                    r.start_usec,
+                    r.invocation_id,
+                    r.cancel_requested_by,
+                    r.relaunches,
+                ))
+            }
+            state => Stage::Ended(End {
+                state,
+                start_usec: r.start_usec,
+                end_usec: r.end_usec,
+                alloc: r.alloc,
+                invocation_id: r.invocation_id,
+                outcome: r.outcome.unwrap_or_default(),
+                cancel_requested_by: r.cancel_requested_by,
+                relaunches: r.relaunches,
+            }),
+        };
+        Ok(Job {
+            id: r.id,
+            name: r.name,
+            uid: r.uid,
+            user: r.user,
+            command: r.command,
+            demand: r.demand,
+            submit_usec: r.submit_usec,
+            output: r.output,
+            stage,
+        })
+    }
+}
