@@ -86,14 +86,14 @@ impl Rec {
     fn job(self) -> Job {
         let stage = match self.state {
             JobState::Pending => Stage::Pending(Waiting::default()),
-            JobState::Running => Stage::Running(Run::loaded(
+            JobState::Running => Stage::Running(Box::new(Run::loaded(
                 self.alloc.expect("a running job's allocation"),
                 self.start_usec,
                 self.invocation_id,
                 self.cancel_requested_by,
                 self.relaunches,
-            )),
-            state => Stage::Ended(End {
+            ))),
+            state => Stage::Ended(Box::new(End {
                 state,
                 start_usec: self.start_usec,
                 end_usec: self.end_usec,
@@ -102,7 +102,7 @@ impl Rec {
                 outcome: self.outcome.expect("an ended job's outcome"),
                 cancel_requested_by: self.cancel_requested_by,
                 relaunches: self.relaunches,
-            }),
+            })),
         };
         Job {
             id: self.id,

@@ -103,15 +103,15 @@ impl TryFrom<In> for Job {
                 let alloc = r.alloc.ok_or_else(|| {
                     format!("job {}: a RUNNING record without its allocation", r.id)
                 })?;
-                Stage::Running(Run::loaded(
+                Stage::Running(Box::new(Run::loaded(
                     alloc,
                     r.start_usec,
                     r.invocation_id,
                     r.cancel_requested_by,
                     r.relaunches,
-                ))
+                )))
             }
-            state => Stage::Ended(End {
+            state => Stage::Ended(Box::new(End {
                 state,
                 start_usec: r.start_usec,
                 end_usec: r.end_usec,
@@ -120,7 +120,7 @@ impl TryFrom<In> for Job {
                 outcome: r.outcome.unwrap_or_default(),
                 cancel_requested_by: r.cancel_requested_by,
                 relaunches: r.relaunches,
-            }),
+            })),
         };
         Ok(Job {
             id: r.id,

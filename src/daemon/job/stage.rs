@@ -19,8 +19,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stage {
     Pending(Waiting),
-    Running(Run),
-    Ended(End),
+    /// Boxed, as [`Stage::Ended`]: a pending job, the many, stays small.
+    Running(Box<Run>),
+    Ended(Box<End>),
 }
 
 /// A pending job.
@@ -170,7 +171,7 @@ impl Job {
     pub fn started(&self, alloc: Allocation, now: u64) -> Job {
         debug_assert_eq!(self.state(), JobState::Pending);
         Job {
-            stage: Stage::Running(Run::new(alloc, now)),
+            stage: Stage::Running(Box::new(Run::new(alloc, now))),
             ..self.clone()
         }
     }
@@ -227,7 +228,7 @@ impl Job {
             },
         };
         Job {
-            stage: Stage::Ended(end),
+            stage: Stage::Ended(Box::new(end)),
             command: Command {
                 env: None,
                 ..self.command.clone()
@@ -305,11 +306,10 @@ impl Job {
     /// its start is in flight the signal is kept for the launch (an end
     /// over signals that told less) and `true` returned.
     pub fn heard_while_launching(&mut self, ended: &Option<UnitStatus>) -> bool {
-        let Stage::Running(Run {
-            launch: Launch::InFlight(heard),
-            ..
-        }) = &mut self.stage
-        else {
+        let Stage::Running(r) = &mut self.stage else {
+            return false;
+        };
+        let Launch::InFlight(heard) = &mut r.launch else {
             return false;
         };
         match ended {
