@@ -441,12 +441,18 @@ it with xqueue(1), cancel it with xcancel(1); its output goes to the journal.";
 const XBATCH_SBATCH: &str = "\
 Lines starting with #SBATCH at the top of the script (up to its first command) are read as \
 Slurm's sbatch reads them, with the value attached or as the next word (--mem=8G or --mem 8G, \
--c4 or -c 4): --gres=gpu[:TYPE][:N] (no count: 1), -G/--gpus [TYPE:]N, --gpus-per-node, \
--c/--cpus-per-task, --mem (a plain number is megabytes), --mem-per-cpu (times the CPUs), \
--t/--time (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED), -J/--job-name, -o/--output \
-(only %j is replaced), --exclusive, -N 1 and -n 1. Options on the command line win. Other \
-directives are named in a warning and otherwise ignored; a bad value of a directive xlurm reads \
-is an error naming its line, and nothing is queued.";
+-c4 or -c 4). Options on the command line win. Honoured: --gres=gpu[:TYPE][:N] (no count: 1), \
+-G/--gpus [TYPE:]N, --gpus-per-node, -c/--cpus-per-task, --mem (a plain number is megabytes), \
+--mem-per-cpu (times the CPUs), -t/--time (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED), \
+-J/--job-name, -o/--output (only %j is replaced), --exclusive, and -N 1, -n 1, \
+--ntasks-per-node=1, --begin=now, --export=ALL. Directives that change no outcome on one \
+machine (--partition, --account, --mail-type, --qos, --error, --nice, ...) are named in a \
+warning and otherwise ignored. Every other directive is an error naming its line, and nothing \
+is queued: more than one node or task, --begin later than now, --chdir, an unknown option; \
+--array, --dependency, --hold and --requeue are not supported yet. So is a value xlurm cannot \
+use in a directive it reads. Without a GPU directive or -g, a job gets 1 device on a machine \
+with accelerators (-g 0 for none). Every job gets Slurm's variables (SLURM_JOB_ID, \
+SLURM_CPUS_PER_TASK, SLURM_MEM_PER_NODE, SLURM_NODELIST, ...; see the README).";
 
 const XBATCH_EXAMPLES: &str = "\
 $ xbatch -t 2h job.sh arg1
@@ -467,9 +473,10 @@ Every pending job shows why it waits: Resources (which), Priority, DevicesBusy, 
 DevicesDisabled, MaxRunning, Exclusive.";
 
 const XCANCEL_DESCRIPTION: &str = "\
-{name} (xlurm {sub}) cancels the given jobs: pending ones never start, running ones are stopped \
-by systemd (their unit is stopped) and end CANCELLED. You may cancel your own jobs; others' need the admin \
-action org.xlurm.scheduler.manage.";
+{name} (xlurm {sub}) cancels the given jobs (also xqueue --cancel ID): pending ones never start, \
+running ones are stopped by systemd (their unit is stopped: SIGTERM to every process, then SIGKILL \
+after xlurmd's --cancel-grace, 10 s by default) and end CANCELLED. You may cancel your own jobs; \
+others' need the admin action org.xlurm.scheduler.manage.";
 
 const XINFO_DESCRIPTION: &str = "\
 {name} (xlurm {sub}) shows the machine as xlurmd sees it: NUMA nodes with their CPUs and memory, \

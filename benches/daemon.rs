@@ -79,6 +79,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
             ..Default::default()
         },
         retention_secs: 86400,
+        cancel_grace: std::time::Duration::from_secs(10),
         list_is_public: true,
         journalctl: "journalctl".into(),
         recheck: std::time::Duration::from_secs(5),

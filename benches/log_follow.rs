@@ -78,6 +78,7 @@ async fn main() {
             ..Default::default()
         },
         retention_secs: 3600,
+        cancel_grace: std::time::Duration::from_secs(10),
         list_is_public: true,
         journalctl: jctl.to_string_lossy().into_owned(),
         recheck: std::time::Duration::from_secs(5),

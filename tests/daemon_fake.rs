@@ -28,6 +28,8 @@ struct Env {
     job_cgroups: Option<std::path::PathBuf>,
     /// `--list-is-public` (true by default).
     public: bool,
+    /// `--cancel-grace` (10 s by default).
+    cancel_grace: Duration,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -45,6 +47,7 @@ async fn env(mode: Mode) -> Env {
         recheck: Duration::from_secs(5),
         job_cgroups: None,
         public: true,
+        cancel_grace: Duration::from_secs(10),
     }
 }
 
@@ -69,6 +72,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
             ..Default::default()
         },
         retention_secs: 3600,
+        cancel_grace: e.cancel_grace,
         list_is_public: e.public,
         journalctl: e.journalctl.clone(),
         recheck: e.recheck,
@@ -154,14 +158,9 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(d.daemon.state.lock().await.store.is_synced());
-    let shared = e.fake.shared.lock().unwrap();
-    let rec = shared
-        .started
-        .iter()
-        .find(|r| r.name == format!("xlurm-job-{id}.service"))
-        .expect("unit started");
+    let props = unit_properties(&e, id);
     let p = |k: &str| {
-        rec.properties
+        props
             .get(k)
             .unwrap_or_else(|| panic!("{k} not sent"))
             .try_clone()
@@ -193,6 +192,137 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
         "{env:?}"
     );
     assert!(env.contains(&"A=1".to_string()));
+}
+
+/// One NVIDIA device, 0, on NUMA node 0.
+fn one_gpu() -> Vec<xlurm::core::Device> {
+    vec![xlurm::core::Device::new(
+        xlurm::core::Vendor::Nv,
+        0,
+        "GPU-0",
+        Some(0),
+    )]
+}
+
+/// The properties the unit of job `id` was started with.
+fn unit_properties(e: &Env, id: u64) -> HashMap<String, zbus::OwnedVariant> {
+    let shared = e.fake.shared.lock().unwrap();
+    let rec = shared
+        .started
+        .iter()
+        .find(|r| r.name == format!("xlurm-job-{id}.service"))
+        .expect("unit started");
+    rec.properties
+        .iter()
+        .map(|(k, v)| (k.clone(), v.try_clone().unwrap()))
+        .collect()
+}
+
+/// `xbatch ARGS` against the test's daemon: its job ID, or its stderr.
+fn xbatch(e: &Env, args: &[&str], env: &[(&str, &str)]) -> Result<u64, String> {
+    let out = cli(e, std::iter::once("batch").chain(args.iter().copied()))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.trim().strip_prefix("Submitted batch job ") {
+        Some(id) if out.status.success() => Ok(id.parse().unwrap()),
+        _ => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_get_slurms_variables_and_the_cancel_grace_and_one_device_by_default() {
+    let mut e = env(Mode::Run).await;
+    e.devices = one_gpu();
+    e.cancel_grace = Duration::from_secs(3);
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    // Without -g a job asks for one device on a machine that has some.
+    let gpu = xbatch(&e, &["--wrap", "true"], &[]).unwrap();
+    let job = c.get_job(gpu).await.unwrap();
+    assert_eq!(get_str(&job, "devices_requested"), "auto:1", "{job:?}");
+    c.cancel(gpu).await.ok();
+    // -g 0 asks for none; its unit has Slurm's variables, forwarded ones replaced.
+    let cpu = xbatch(
+        &e,
+        &[
+            "-g", "0", "-c", "2", "-m", "100M", "-n", "sweep", "--wrap", "true",
+        ],
+        &[("SLURM_JOB_ID", "999"), ("SLURM_NTASKS", "8")],
+    )
+    .unwrap();
+    // (The double runs no batch script: only its unit's properties matter.)
+    let t0 = Instant::now();
+    while ["PENDING", "RUNNING"]
+        .contains(&get_str(&c.get_job(cpu).await.unwrap(), "state").as_str())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "job {cpu} never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let p = unit_properties(&e, cpu);
+    let env = Vec::<String>::try_from(p["Environment"].try_clone().unwrap()).unwrap();
+    let node = xlurm::daemon::unit::node_name();
+    for want in [
+        format!("SLURM_JOB_ID={cpu}"),
+        format!("SLURM_JOBID={cpu}"),
+        "SLURM_JOB_NAME=sweep".into(),
+        "SLURM_CPUS_PER_TASK=2".into(),
+        "SLURM_CPUS_ON_NODE=2".into(),
+        "SLURM_MEM_PER_NODE=100".into(),
+        "SLURM_NTASKS=1".into(),
+        "SLURM_JOB_NUM_NODES=1".into(),
+        format!("SLURM_NODELIST={node}"),
+        format!(
+            "SLURM_SUBMIT_DIR={}",
+            std::env::current_dir().unwrap().display()
+        ),
+    ] {
+        assert!(env.contains(&want), "{want} not in {env:?}");
+    }
+    assert!(!env
+        .iter()
+        .any(|v| v == "SLURM_JOB_ID=999" || v == "SLURM_NTASKS=8"));
+    assert!(!env.iter().any(|v| v.starts_with("SLURM_JOB_GPUS=")));
+    // --cancel-grace reaches the unit: SIGTERM, then SIGKILL 3 s later.
+    assert_eq!(
+        u64::try_from(p["TimeoutStopUSec"].try_clone().unwrap()).unwrap(),
+        3_000_000
+    );
+    // A refusal of a defaulted device says how to ask for none.
+    let err = xbatch(&e, &["-c", "99", "--wrap", "true"], &[]).unwrap_err();
+    assert!(
+        !err.contains("-g defaults to 1"),
+        "not about devices: {err}"
+    );
+    let err = xbatch(&e, &["-x", "0", "--wrap", "true"], &[]).unwrap_err();
+    assert!(err.contains("-g defaults to 1"), "{err}");
+    // A forbidden #SBATCH line queues nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("array.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#SBATCH --array=1-3\necho $SLURM_ARRAY_TASK_ID\n",
+    )
+    .unwrap();
+    let ids = || {
+        cli_json(&e, &["queue", "--all", "--json"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let before = ids();
+    let err = xbatch(&e, &[script.to_str().unwrap()], &[]).unwrap_err();
+    assert!(
+        err.contains("line 2: #SBATCH --array=1-3: not supported yet"),
+        "{err}"
+    );
+    assert_eq!(ids(), before, "nothing queued");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1304,12 +1434,7 @@ fn keys(v: &serde_json::Value) -> std::collections::BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
     let mut e = env(Mode::Run).await;
-    e.devices = vec![xlurm::core::Device::new(
-        xlurm::core::Vendor::Nv,
-        0,
-        "GPU-0",
-        Some(0),
-    )];
+    e.devices = one_gpu();
     let (d, conn) = daemon(&e).await;
     let c = client(&e).await;
     // Finished: one exited, one killed by a signal.

@@ -49,6 +49,7 @@ async fn env() -> Env {
             ..Default::default()
         },
         retention_secs: 3600,
+        cancel_grace: std::time::Duration::from_secs(10),
         list_is_public: true,
         journalctl: "journalctl".into(),
         recheck: std::time::Duration::from_secs(5),

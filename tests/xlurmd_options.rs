@@ -34,3 +34,20 @@ fn help_and_version_exit_0() {
         assert!(!out.stdout.is_empty(), "{arg} prints to stdout");
     }
 }
+
+#[test]
+fn a_cancel_grace_systemd_would_read_as_no_limit_is_refused() {
+    for (grace, why) in [
+        ("0", "at least 1 second"),
+        ("soon", "invalid duration"),
+        ("2d", "at most 1d"),
+    ] {
+        let out = xlurmd(&["--cancel-grace", grace]);
+        assert_eq!(out.status.code(), Some(78), "{grace}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--cancel-grace") && err.contains(why),
+            "{grace}: {err}"
+        );
+    }
+}

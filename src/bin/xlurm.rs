@@ -1,5 +1,4 @@
 //! xlurm, xrun, xbatch, xqueue, xcancel, xinfo: see `xlurm::cli`.
-use clap::Parser;
 
 fn main() {
     // Die quietly on a closed pipe (`xqueue | head`), as other Unix tools do.
@@ -14,7 +13,7 @@ fn main() {
         std::process::exit(xlurm::cli::tee::main(cmd));
     }
     let args = xlurm::cli::normalize_args(raw);
-    let cli = xlurm::cli::Cli::parse_from(args);
+    let cli = xlurm::cli::parse(args).unwrap_or_else(|e| e.exit());
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

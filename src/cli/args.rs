@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "xlurm",
     version,
+    propagate_version = true,
     about = "Submit and watch jobs on this machine's xlurm scheduler"
 )]
 pub struct Cli {
@@ -45,7 +46,8 @@ pub enum Command {
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct ResourceArgs {
-    /// Number of accelerators (alias --devices); 0 for a CPU job.
+    /// Number of accelerators (alias --devices): default 1 where the machine has
+    /// accelerators, 0 without; -g 0 for a CPU job.
     #[arg(short = 'g', long = "gpus", visible_alias = "devices")]
     pub gpus: Option<u32>,
     /// Exact device IDs, e.g. 0,1.
@@ -126,6 +128,10 @@ pub struct QueueArgs {
     /// With --log: follow the output until the job ends.
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// Cancel jobs instead (the same as `xcancel ID...`).
+    #[arg(long, value_name = "ID", num_args = 1..,
+          conflicts_with_all = ["id", "all", "mine", "limit", "json", "log", "follow"])]
+    pub cancel: Vec<u64>,
 }
 
 #[derive(Debug, Args)]

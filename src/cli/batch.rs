@@ -2,7 +2,7 @@
 
 use super::client::{connect, get};
 use super::sbatch::apply_sbatch;
-use super::submit::{output_of, spec_from, submit_with_output};
+use super::submit::{default_gpu_hint, output_of, settle_gpus, spec_from, submit_with_output};
 use super::BatchArgs;
 use crate::core::request::format_bytes;
 use anyhow::{bail, Context, Result};
@@ -30,17 +30,25 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         a.res.name = Some(file_name.unwrap_or_else(|| "wrap".into()));
     }
     let p = connect(user).await?;
+    let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
     let output = output_of(&a.res)?;
-    let (id, info) = submit_with_output(&p, spec, output, user).await?;
+    let (id, info) = submit_with_output(&p, spec, output, user)
+        .await
+        .map_err(|e| default_gpu_hint(e, defaulted))?;
     let mem = get::<u64>(&info, "mem")
         .map(format_bytes)
         .unwrap_or_default();
     println!("Submitted batch job {id}");
     eprintln!(
-        "memory budget {mem}{}",
+        "memory budget {mem}{}{}",
         if get::<bool>(&info, "mem_default").unwrap_or(false) {
             " (default)"
+        } else {
+            ""
+        },
+        if defaulted {
+            ", 1 device (the default here; -g 0 for a CPU job)"
         } else {
             ""
         }

@@ -19,6 +19,27 @@ pub mod tee;
 
 pub use args::*;
 
+/// The command line's parser: [`Cli`], with every command name printing the
+/// version as `xlurm --version` does (`xbatch --version`: `xlurm 0.1.0`, as
+/// `sbatch --version` prints `slurm VERSION`).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let subs: Vec<String> = cli
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    subs.iter().fold(cli, |cli, name| {
+        cli.mut_subcommand(name, |s| s.display_name("xlurm"))
+    })
+}
+
+/// Parses `args` (as [`normalize_args`] left them) with [`command`].
+pub fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
+}
+
 /// Rewrites `xrun ARGS` as `xlurm run ARGS` (and so on) by argv[0].
 pub fn normalize_args(args: Vec<String>) -> Vec<String> {
     let prog = args
@@ -41,10 +62,59 @@ pub fn normalize_args(args: Vec<String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn parse(args: &[&str]) -> Cli {
-        Cli::try_parse_from(normalize_args(args.iter().map(|s| s.to_string()).collect())).unwrap()
+        super::parse(normalize_args(args.iter().map(|s| s.to_string()).collect())).unwrap()
+    }
+
+    #[test]
+    fn every_command_name_prints_the_version_as_sbatch_does() {
+        let want = format!("xlurm {}\n", env!("CARGO_PKG_VERSION"));
+        for args in [
+            &["xbatch", "--version"][..],
+            &["xbatch", "-g", "0", "--version"],
+            &["xrun", "--version"],
+            &["xqueue", "-V"],
+            &["xcancel", "--version"],
+            &["xinfo", "--version"],
+            &["xlurm", "--version"],
+            &["xlurm", "log", "--version"],
+        ] {
+            let e = super::parse(normalize_args(args.iter().map(|s| s.to_string()).collect()))
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} parsed as a command"));
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion, "{args:?}");
+            assert_eq!(e.render().to_string(), want, "{args:?}");
+        }
+        // After the command, --version is the command's.
+        let Command::Run(a) = parse(&["xrun", "python", "--version"]).command else {
+            panic!("not run")
+        };
+        assert_eq!(a.command, vec!["python", "--version"]);
+        let Command::Batch(a) = parse(&["xbatch", "job.sh", "--version"]).command else {
+            panic!("not batch")
+        };
+        assert_eq!(a.script, vec!["job.sh", "--version"]);
+    }
+
+    #[test]
+    fn xqueue_cancel_takes_ids_and_nothing_else() {
+        let Command::Queue(q) = parse(&["xqueue", "--cancel", "3", "4"]).command else {
+            panic!("not queue")
+        };
+        assert_eq!(q.cancel, vec![3, 4]);
+        let Command::Queue(q) = parse(&["xqueue"]).command else {
+            panic!("not queue")
+        };
+        assert!(q.cancel.is_empty());
+        for bad in [
+            &["xqueue", "--cancel"][..],
+            &["xqueue", "--cancel", "3", "--all"],
+            &["xqueue", "--cancel", "x"],
+        ] {
+            let args = normalize_args(bad.iter().map(|s| s.to_string()).collect());
+            assert!(super::parse(args).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -111,7 +181,7 @@ mod tests {
             Command::Batch(BatchArgs { wrap: Some(_), .. })
         ));
         assert!(
-            Cli::try_parse_from(["xlurm", "run"]).is_err(),
+            super::parse(vec!["xlurm".into(), "run".into()]).is_err(),
             "run needs a command"
         );
     }

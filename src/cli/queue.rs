@@ -1,15 +1,19 @@
 //! `xqueue` and `xlurm show`: the queue as a table or JSON, or one job.
 
+use super::cancel::cancel;
 use super::client::{connect, explain, get, get_str, Dict};
 use super::format::{dict_to_json, duration, emit, json_text, local_time};
 use super::log::log;
-use super::{LogArgs, QueueArgs};
+use super::{CancelArgs, LogArgs, QueueArgs};
 use crate::core::request::format_bytes;
 use crate::wire::queue::Line;
 use crate::wire::spec::entry;
 use anyhow::Result;
 
 pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
+    if !a.cancel.is_empty() {
+        return cancel(CancelArgs { ids: a.cancel }, user).await;
+    }
     let p = connect(user).await?;
     if let (Some(id), true) = (a.id, a.log) {
         drop(p);

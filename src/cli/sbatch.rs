@@ -66,6 +66,165 @@ const SBATCH_FLAGS: &[&str] = &[
     "--wait",
 ];
 
+/// sbatch options that change no outcome on one machine (where the job runs
+/// among one host's jobs, who is mailed, what is billed, how it is placed
+/// within the host, what sbatch itself prints): ignored, with a warning
+/// naming each. Any directive neither honoured, nor here, nor in
+/// [`NOT_YET`] is refused ([`refusal`]): xlurm cannot tell that an option
+/// it does not know changes nothing.
+const SBATCH_IGNORED: &[&str] = &[
+    "--partition",
+    "-p",
+    "--account",
+    "-A",
+    "--mail-type",
+    "--mail-user",
+    "--comment",
+    "--qos",
+    "-q",
+    "--reservation",
+    "--wckey",
+    "--licenses",
+    "-L",
+    "--constraint",
+    "-C",
+    "--prefer",
+    "--clusters",
+    "-M",
+    "--cluster-constraint",
+    "--nodelist",
+    "-w",
+    "--exclude",
+    "-x",
+    "--switches",
+    "--extra-node-info",
+    "-B",
+    "--sockets-per-node",
+    "--cores-per-socket",
+    "--threads-per-core",
+    "--ntasks-per-core",
+    "--ntasks-per-socket",
+    "--hint",
+    "--distribution",
+    "-m",
+    "--mem-bind",
+    "--gres-flags",
+    "--gpu-bind",
+    "--gpu-freq",
+    "--cpu-freq",
+    "--tres-bind",
+    "--spread-job",
+    "--contiguous",
+    "--use-min-nodes",
+    "--mincpus",
+    "--tmp",
+    "--oversubscribe",
+    "-s",
+    "--overcommit",
+    "-O",
+    "--core-spec",
+    "-S",
+    "--thread-spec",
+    "--power",
+    "--profile",
+    "--acctg-freq",
+    "--propagate",
+    "--get-user-env",
+    "--no-kill",
+    "-k",
+    "--no-requeue",
+    "--nice",
+    "--priority",
+    "--time-min",
+    "--delay-boot",
+    "--reboot",
+    "--network",
+    "--mcs-label",
+    "--burst-buffer",
+    "--bb",
+    "--bbf",
+    "--wait-all-nodes",
+    "--ignore-pbs",
+    "--error",
+    "-e",
+    "--wait",
+    "-W",
+    "--parsable",
+    "--quiet",
+    "-Q",
+    "--verbose",
+    "-v",
+];
+
+/// Directives xlurm will honour but does not yet: each is an error naming
+/// its line ("not supported yet"), never a warning, because ignoring it
+/// would run the script at once, and only once.
+///
+/// HOOK (issue 18): arrays, dependencies, holds and requeue each take their
+/// names out of this list and read them where `apply_sbatch` reads the
+/// honoured directives.
+const NOT_YET: &[&str] = &[
+    "--array",
+    "-a",
+    "--dependency",
+    "-d",
+    "--kill-on-invalid-dep",
+    "--hold",
+    "-H",
+    "--requeue",
+];
+
+/// Why xlurm refuses directive `name`, which changes what runs or how
+/// often and which it cannot honour (or which it does not know).
+fn refusal(name: &str) -> String {
+    let why = match name {
+        "--nodes" | "-N" => "xlurm runs every job on this one machine: only -N 1",
+        "--ntasks" | "-n" | "--ntasks-per-node" => {
+            "xlurm runs one task per job: only 1 (use -c for more CPUs)"
+        }
+        "--begin" | "-b" => {
+            "xlurm starts a job as soon as resources allow and cannot hold it until later: \
+             only --begin=now"
+        }
+        "--deadline" => "xlurm does not remove jobs that cannot end by a deadline",
+        "--chdir" | "-D" => {
+            "xlurm runs the job in the directory xbatch is run from: cd there first"
+        }
+        "--input" | "-i" => "xlurm jobs read no standard input",
+        "--export" => {
+            "xlurm forwards your whole environment (--export=ALL), or none with --clean-env"
+        }
+        "--export-file" => "xlurm forwards your whole environment (--export=ALL)",
+        "--signal" => "xlurm sends no signal before the time limit",
+        "--open-mode" => "xlurm empties the --output file when the job starts",
+        "--uid" | "--gid" => "jobs run as their submitter",
+        "--test-only" => "xbatch cannot test without queueing",
+        "--immediate" | "-I" => "xlurm queues a job until resources allow",
+        "--cpus-per-gpu" | "--mem-per-gpu" | "--gpus-per-task" | "--gpus-per-socket"
+        | "--ntasks-per-gpu" | "--tres-per-task" => {
+            "give the job's CPUs, memory and GPUs with -c, --mem and --gres=gpu:N"
+        }
+        _ if NOT_YET.contains(&name) => {
+            "not supported yet: xlurm would run the script at once, and only once"
+        }
+        _ => "not a directive xlurm knows, and it may change what runs",
+    };
+    format!("{why}; nothing was queued")
+}
+
+/// `--begin` values that mean "now": `now`, `now+0` with any unit.
+fn begins_now(v: &str) -> bool {
+    let v = v.to_ascii_lowercase();
+    match v.strip_prefix("now") {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix('+').is_some_and(|n| {
+            let digits = n.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+            !digits.is_empty() && digits.bytes().all(|b| b == b'0')
+        }),
+        None => false,
+    }
+}
+
 /// Splits what follows `#SBATCH` into words as Slurm does: quotes group,
 /// a backslash escapes the next character, an unquoted `#` starts a comment.
 fn sbatch_words(line: &str) -> Result<Vec<String>, String> {
@@ -290,12 +449,19 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                     from_script.output = Some(v.to_string());
                 }
                 "--exclusive" if value.is_none() => from_script.exclusive = true,
-                // One node and one task is what every xlurm job is.
-                "--nodes" | "-N" if matches!(v, "1" | "1-1") => {}
-                "--ntasks" | "-n" if v == "1" => {}
-                _ => warnings.push(format!(
+                // --exclusive=user|mcs|topo: whom the node is shared with.
+                "--exclusive" => warnings.push(format!(
                     "#SBATCH {shown} is not supported here and was ignored"
                 )),
+                // One node and one task is what every xlurm job is.
+                "--nodes" | "-N" if matches!(v, "1" | "1-1") => {}
+                "--ntasks" | "-n" | "--ntasks-per-node" if v == "1" => {}
+                "--begin" | "-b" if begins_now(v) => {}
+                "--export" if v.eq_ignore_ascii_case("ALL") => {}
+                n if SBATCH_IGNORED.contains(&n) => warnings.push(format!(
+                    "#SBATCH {shown} is not supported here and was ignored"
+                )),
+                n => return Err(bad(&refusal(n))),
             }
         }
     }
@@ -486,8 +652,8 @@ mod tests {
     fn sbatch_slurm_only_options_are_warned_about_with_their_values() {
         let mut res = ResourceArgs::default();
         let w = apply_sbatch(
-            "#SBATCH --partition gpu -A proj --requeue --mail-type=END -e err.txt -N 1 -n 1 -c 2\n\
-             #SBATCH --nodes=2 --ntasks 4 --exclusive=user\n",
+            "#SBATCH --partition gpu -A proj --no-requeue --mail-type=END -e err.txt -N 1 -n 1 -c 2\n\
+             #SBATCH --qos=high --exclusive=user --mail-user a@b -p x --nice=5\n",
             &mut res,
         )
         .unwrap();
@@ -510,14 +676,22 @@ mod tests {
             [
                 "--partition=gpu",
                 "-A proj",
-                "--requeue",
+                "--no-requeue",
                 "--mail-type=END",
                 "-e err.txt",
-                "--nodes=2",
-                "--ntasks=4",
-                "--exclusive=user"
+                "--qos=high",
+                "--exclusive=user",
+                "--mail-user=a@b",
+                "-p x",
+                "--nice=5",
             ]
         );
+        // Forms of directives that change nothing here are taken silently.
+        let res = sbatch(
+            "#SBATCH --begin=now --export=ALL --ntasks-per-node=1 -N 1-1 --nodes=1 --ntasks=1\n\
+             #SBATCH -b now+0minutes --begin NOW",
+        );
+        assert_eq!(res.cpus, None);
         // UNLIMITED and 0 leave the time limit to --max-lifetime.
         assert_eq!(sbatch("#SBATCH -t UNLIMITED").time_limit, None);
         assert_eq!(sbatch("#SBATCH -t 0").time_limit, None);
@@ -582,6 +756,74 @@ mod tests {
         ] {
             let e = sbatch_error(lines);
             assert!(e.contains(wanted), "{lines:?}: {e:?} lacks {wanted:?}");
+        }
+    }
+
+    #[test]
+    fn sbatch_directives_that_change_what_runs_are_errors_naming_the_line() {
+        // Each: the directive as written, as the error shows it, and why.
+        let cases = "\
+            -N 2|-N 2|only -N 1
+            --nodes=2|--nodes=2|only -N 1
+            --nodes=1-2|--nodes=1-2|only -N 1
+            -n 4|-n 4|one task per job
+            --ntasks 4|--ntasks=4|one task per job
+            --ntasks-per-node=2|--ntasks-per-node=2|one task
+            --begin=now+1hour|--begin=now+1hour|only --begin=now
+            --begin=2030-01-01|--begin=2030-01-01|only --begin=now
+            -b 16:00|-b 16:00|only --begin=now
+            --deadline=now+1hour|--deadline=now+1hour|deadline
+            -D /tmp|-D /tmp|cd there first
+            --export=NONE|--export=NONE|--clean-env
+            --signal=B:USR1@60|--signal=B:USR1@60|no signal
+            --test-only|--test-only|cannot test
+            --open-mode=append|--open-mode=append|empties
+            --cpus-per-gpu=4|--cpus-per-gpu=4|-c, --mem
+            --frobnicate=3|--frobnicate=3|not a directive xlurm knows
+            -Z|-Z|not a directive xlurm knows";
+        for case in cases.lines() {
+            let [written, shown, why] = case.trim().splitn(3, '|').collect::<Vec<_>>()[..] else {
+                panic!("{case:?}")
+            };
+            let e = sbatch_error(&format!("#SBATCH -c 2\n#SBATCH {written}"));
+            let want = format!("line 3: #SBATCH {shown}: ");
+            assert!(e.starts_with(&want), "{written:?}: {e:?} lacks {want:?}");
+            assert!(e.contains(why), "{written:?}: {e:?} lacks {why:?}");
+            assert!(e.ends_with("nothing was queued"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sbatch_arrays_dependencies_holds_and_requeue_are_not_supported_yet() {
+        for (lines, shown) in [
+            ("#SBATCH --array=0-9%2", "--array=0-9%2"),
+            ("#SBATCH -a 1-3", "-a 1-3"),
+            ("#SBATCH --dependency=afterok:12", "--dependency=afterok:12"),
+            ("#SBATCH -d afterany:3", "-d afterany:3"),
+            (
+                "#SBATCH --kill-on-invalid-dep=yes",
+                "--kill-on-invalid-dep=yes",
+            ),
+            ("#SBATCH --hold", "--hold"),
+            ("#SBATCH -H -c 2", "-H"),
+            ("#SBATCH --requeue", "--requeue"),
+        ] {
+            let e = sbatch_error(lines);
+            let want = format!("line 2: #SBATCH {shown}: not supported yet");
+            assert!(e.starts_with(&want), "{lines:?}: {e:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn sbatch_directive_lists_do_not_overlap() {
+        for n in NOT_YET {
+            assert!(!SBATCH_IGNORED.contains(n), "{n} is ignored and not yet");
+        }
+        for n in SBATCH_VALUED {
+            assert!(
+                !SBATCH_IGNORED.contains(n) && !NOT_YET.contains(n),
+                "{n} is honoured and listed"
+            );
         }
     }
 

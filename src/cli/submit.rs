@@ -40,6 +40,46 @@ pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path)
     bail!("{cmd}: command not found in your PATH")
 }
 
+/// The device count of a job that names none (no `-g`, no `-i`, no
+/// `#SBATCH` GPU directive): 1 on a machine with accelerators, 0 without,
+/// as the xlurm seed did. `machine` is what `GetMachine` answered.
+pub fn default_gpus(machine: &Dict) -> u32 {
+    let devices = machine
+        .get("devices")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<Dict>::try_from(v).ok())
+        .unwrap_or_default();
+    u32::from(!devices.is_empty())
+}
+
+/// Gives `res` its default `-g` when it names no devices ([`default_gpus`]);
+/// returns whether a device was asked for that way.
+pub(super) async fn settle_gpus(
+    p: &SchedulerProxy<'_>,
+    res: &mut ResourceArgs,
+    user: bool,
+) -> Result<bool> {
+    if res.gpus.is_some() || !res.device_ids.is_empty() {
+        return Ok(false);
+    }
+    let machine = p.get_machine().await.map_err(|e| explain(e, user))?;
+    let n = default_gpus(&machine);
+    res.gpus = Some(n);
+    Ok(n > 0)
+}
+
+/// A refusal of a job that got its device by default says how to ask for none.
+pub(super) fn default_gpu_hint(e: anyhow::Error, defaulted: bool) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if defaulted && text.contains("device") {
+        anyhow!(
+            "{text} (-g defaults to 1 on this machine, which has accelerators; -g 0 asks for none)"
+        )
+    } else {
+        e
+    }
+}
+
 pub(super) fn spec_from(
     res: &ResourceArgs,
     mut argv: Vec<String>,
@@ -271,6 +311,26 @@ mod tests {
             open_output("link", dir.path()).is_err(),
             "no symlink at the end"
         );
+    }
+
+    #[test]
+    fn the_default_device_count_is_one_where_the_machine_has_accelerators() {
+        let machine = |devices: usize| {
+            let list: Vec<Dict> = (0..devices)
+                .map(|i| Dict::from([entry("index", i as u32)]))
+                .collect();
+            Dict::from([entry("devices", list)])
+        };
+        assert_eq!(default_gpus(&machine(0)), 0);
+        assert_eq!(default_gpus(&machine(1)), 1);
+        assert_eq!(default_gpus(&machine(8)), 1);
+        assert_eq!(default_gpus(&Dict::new()), 0);
+        let e = default_gpu_hint(anyhow!("asks for 1 devices, but no vendor here"), true);
+        assert!(format!("{e}").ends_with("-g 0 asks for none)"), "{e}");
+        let e = default_gpu_hint(anyhow!("asks for 1 devices, but no vendor here"), false);
+        assert_eq!(format!("{e}"), "asks for 1 devices, but no vendor here");
+        let e = default_gpu_hint(anyhow!("asks for 99 CPUs"), true);
+        assert_eq!(format!("{e}"), "asks for 99 CPUs");
     }
 
     #[test]

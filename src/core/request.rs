@@ -129,6 +129,10 @@ pub enum RequestError {
     UnknownExcludedId { id: u32, have: String },
     #[error("no single vendor has all of the device IDs {ids} (this machine has: {have}); pass --device to choose one")]
     IdsSpanVendors { ids: String, have: String },
+    #[error(
+        "device IDs {ids} exist on several vendors here ({vendors}): pass --device to choose one"
+    )]
+    IdsOnSeveralVendors { ids: String, vendors: String },
     #[error("{vendor} device {id} is disabled by the admin")]
     DisabledId { vendor: Vendor, id: u32 },
     #[error(
@@ -282,6 +286,10 @@ pub fn validate(req: &Request, machine: &Machine, limits: &Limits) -> Result<Dem
     })
 }
 
+fn id_list(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceRequest, RequestError> {
     if !d.ids.is_empty() && !d.exclude.is_empty() {
         return Err(RequestError::IdsWithExclude);
@@ -316,12 +324,25 @@ fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceReques
             .collect(),
     };
     if !d.ids.is_empty() {
-        // Exact IDs settle the vendor now: the first that has every ID.
-        let vendor = vendors
+        // Exact IDs settle the vendor now: the one that has every ID. Where
+        // several have them all, the user must say which (as the xlurm seed
+        // did): "the first" would give them a vendor they may not expect.
+        let holders: Vec<Vendor> = vendors
             .iter()
             .copied()
-            .find(|v| d.ids.iter().all(|id| machine.slot(*v, *id).is_some()));
-        let Some(vendor) = vendor else {
+            .filter(|v| d.ids.iter().all(|id| machine.slot(*v, *id).is_some()))
+            .collect();
+        if holders.len() > 1 {
+            return Err(RequestError::IdsOnSeveralVendors {
+                ids: id_list(&d.ids),
+                vendors: holders
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let Some(vendor) = holders.first().copied() else {
             if let [v] = vendors[..] {
                 let id = d
                     .ids
@@ -334,12 +355,7 @@ fn validate_devices(d: &DeviceRequest, machine: &Machine) -> Result<DeviceReques
                     have: machine.vendor_ids(v),
                 });
             }
-            let ids = d
-                .ids
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
+            let ids = id_list(&d.ids);
             return Err(RequestError::IdsSpanVendors { ids, have });
         };
         for id in &d.ids {
@@ -447,6 +463,53 @@ pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
         ));
     }
     Ok(secs)
+}
+
+#[cfg(test)]
+mod vendor_tests {
+    use super::*;
+    use crate::core::{Device, Topology};
+
+    #[test]
+    fn ids_several_vendors_have_are_refused_without_a_vendor_naming_them() {
+        let m = Machine::new(
+            Topology::single(4, 1 << 30),
+            vec![
+                Device::new(Vendor::Nv, 0, "GPU-0", None),
+                Device::new(Vendor::Nv, 1, "GPU-1", None),
+                Device::new(Vendor::Asc, 0, "asc-0", None),
+            ],
+        );
+        let ids = |ids: &[u32], vendor| Request {
+            devices: DeviceRequest {
+                count: ids.len() as u32,
+                vendor,
+                ids: ids.to_vec(),
+                exclude: vec![],
+            },
+            ..Request::default()
+        };
+        let limits = Limits::default();
+        let err = validate(&ids(&[0], None), &m, &limits).unwrap_err();
+        assert_eq!(
+            err,
+            RequestError::IdsOnSeveralVendors {
+                ids: "0".into(),
+                vendors: "nv, asc".into()
+            }
+        );
+        assert!(err.to_string().contains("pass --device"), "{err}");
+        // Named, it is that vendor's; an ID only one vendor has needs no name.
+        for (req, want) in [
+            (ids(&[0], Some(Vendor::Asc)), Vendor::Asc),
+            (ids(&[0], Some(Vendor::Nv)), Vendor::Nv),
+            (ids(&[0, 1], None), Vendor::Nv),
+            (ids(&[1], None), Vendor::Nv),
+        ] {
+            let d = validate(&req, &m, &limits).unwrap();
+            assert_eq!(d.devices.vendor, Some(want), "{req:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -46,6 +46,12 @@ pub struct Options {
     /// holds a descriptor in xlurmd until it starts).
     #[arg(long, default_value_t = 256)]
     pub max_output_files_per_user: usize,
+    /// How long a job that is cancelled, passes its time limit or is stopped
+    /// otherwise has between SIGTERM (to all its processes) and SIGKILL:
+    /// seconds or 30s, 2m (systemd's TimeoutStopSec of each job's unit; jobs
+    /// started before a change keep theirs).
+    #[arg(long, default_value = "10s")]
+    pub cancel_grace: String,
     /// Let every user see every job's summary (never commands or output).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub list_is_public: bool,

@@ -142,6 +142,12 @@ pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
     let state = if u.result == "oom-kill" || oom_race && !cancelled {
         o.detail = "killed for exceeding its memory budget (MemoryMax)".into();
         JobState::OutOfMemory
+    } else if u.result == "timeout" && cancelled {
+        // systemd's Result is "timeout" too when a stop outlasts
+        // TimeoutStopUSec: a cancelled job that ignored SIGTERM.
+        o.detail =
+            "cancelled; killed with SIGKILL after the cancel grace (it outlasted SIGTERM)".into();
+        JobState::Cancelled
     } else if u.result == "timeout" {
         o.detail = "killed at its time limit".into();
         JobState::Timeout
@@ -565,6 +571,8 @@ mod tests {
                 Some(125),
             ),
             (unit("success", 2, 15), true, JobState::Cancelled, Some(130)),
+            // Cancelled, it ignored SIGTERM: SIGKILL after --cancel-grace (VM 15).
+            (unit("timeout", 2, 9), true, JobState::Cancelled, Some(130)),
             (
                 unit("resources", 0, 0),
                 false,

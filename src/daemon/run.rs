@@ -113,6 +113,19 @@ fn limits(o: &Options) -> Result<Limits, Refusal> {
     })
 }
 
+/// `--cancel-grace`: at least a second (systemd reads 0 as no limit at all)
+/// and at most a day.
+fn cancel_grace(text: &str) -> Result<Duration, Refusal> {
+    const MAX_SECS: u64 = 86_400;
+    let secs = parse_duration_secs(text).map_err(|e| Refusal(format!("--cancel-grace: {e}")))?;
+    if secs > MAX_SECS {
+        return refuse(format!(
+            "--cancel-grace {text}: at most 1d (a cancelled job would hold its resources that long)"
+        ));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
 /// How a daemon that started ended.
 enum Exit {
     /// SIGTERM or SIGINT: exit 0.
@@ -147,6 +160,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     let limits = limits(&o)?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
+    let cancel_grace = cancel_grace(&o.cancel_grace)?;
     let reserve = Reserve {
         cpus: IdSet::parse_list(&o.reserve_cpus)
             .map_err(|e| Refusal(format!("--reserve-cpus: {e}")))?,
@@ -240,6 +254,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
             outputs: o.max_output_files_per_user,
         },
         retention_secs,
+        cancel_grace,
         list_is_public: o.list_is_public,
         journalctl: super::journal::JOURNALCTL.into(),
         recheck: Duration::from_secs(5),
@@ -299,6 +314,8 @@ pub struct ServeConfig {
     /// What each user's pending jobs may hold.
     pub budget: crate::core::Budget,
     pub retention_secs: u64,
+    /// Between SIGTERM and SIGKILL when a job is stopped (`--cancel-grace`).
+    pub cancel_grace: Duration,
     pub list_is_public: bool,
     /// The `journalctl` to read job output and unit history with (tests use a double).
     pub journalctl: String,
@@ -367,7 +384,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             slice: cfg.slice.clone(),
             user_mode: cfg.settings_user_mode,
             script_dir: store.script_dir(),
-            stop_timeout_usec: 10_000_000,
+            stop_timeout_usec: u64::try_from(cfg.cancel_grace.as_micros()).unwrap_or(u64::MAX),
             tee_path: cfg.tee_path.clone(),
         },
         budget: cfg.budget,

@@ -53,6 +53,142 @@ pub fn reserved_env(name: &str) -> bool {
         || name == CUDA_DEVICE_ORDER.0
         || VISIBILITY_VARIABLES.contains(&name)
         || SYSTEMD.contains(&name)
+        || SLURM_VARIABLES.contains(&name)
+        || SLURM_CONFLICTING.contains(&name)
+        || ARRAY_VARIABLES.contains(&name)
+}
+
+/// Slurm's job variables (sbatch(1), "OUTPUT ENVIRONMENT VARIABLES"), as a
+/// batch job on a one-node Slurm cluster sees them, so that Slurm scripts
+/// run unchanged. Every job gets them ([`slurm_variables`]) but the two GPU
+/// ones, which only a job holding devices gets. All are reserved: a
+/// forwarded value (from a shell inside another job, say) is replaced, or
+/// dropped where this job has none (a CPU job gets no `SLURM_JOB_GPUS`).
+pub const SLURM_VARIABLES: [&str; 18] = [
+    "SLURM_JOB_ID",
+    "SLURM_JOBID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_USER",
+    "SLURM_JOB_UID",
+    "SLURM_SUBMIT_DIR",
+    "SLURM_SUBMIT_HOST",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_NODELIST",
+    "SLURM_JOB_NODELIST",
+];
+
+/// Set only for a job holding devices (Slurm leaves them unset otherwise).
+const SLURM_GPU_VARIABLES: [&str; 2] = ["SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS"];
+
+/// Slurm variables xlurm never sets but drops from a forwarded environment:
+/// they contradict the ones it sets (`srun` refuses `SLURM_MEM_PER_CPU`
+/// beside `SLURM_MEM_PER_NODE`), and the GPU ones would tell a CPU job it
+/// has devices.
+const SLURM_CONFLICTING: [&str; 4] = [
+    "SLURM_MEM_PER_CPU",
+    "SLURM_MEM_PER_GPU",
+    SLURM_GPU_VARIABLES[0],
+    SLURM_GPU_VARIABLES[1],
+];
+
+/// Job array variables: Slurm's and their `XLURM_` twins. Reserved now, so
+/// a forwarded value never makes a plain job look like an array task; set
+/// by [`array_variables`] once jobs can be array tasks.
+pub const ARRAY_VARIABLES: [&str; 12] = [
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+    "XLURM_ARRAY_JOB_ID",
+    "XLURM_ARRAY_TASK_ID",
+    "XLURM_ARRAY_TASK_COUNT",
+    "XLURM_ARRAY_TASK_MIN",
+    "XLURM_ARRAY_TASK_MAX",
+    "XLURM_ARRAY_TASK_STEP",
+];
+
+/// The array variables of `job` (names from [`ARRAY_VARIABLES`]).
+///
+/// HOOK (issue 18, arrays): no job is an array task yet, so this is empty.
+/// An array task returns its `SLURM_ARRAY_*` and `XLURM_ARRAY_*` values
+/// here; [`environment`] already puts them after the forwarded variables.
+fn array_variables(_job: &Job) -> Vec<(String, String)> {
+    Vec::new()
+}
+
+/// This machine's name as Slurm's node list would give it: the host name
+/// up to its first dot (`hostname -s`).
+pub fn node_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    short_host(&name)
+}
+
+fn short_host(name: &str) -> String {
+    match name.split('.').next() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => "localhost".to_string(),
+    }
+}
+
+/// Slurm's job variables for `job` on node `node` ([`SLURM_VARIABLES`],
+/// and [`SLURM_GPU_VARIABLES`] where it holds devices), values as Slurm
+/// writes them: `SLURM_MEM_PER_NODE` in MiB, `SLURM_JOB_GPUS` the
+/// devices' IDs as `xinfo` shows them.
+pub fn slurm_variables(job: &Job, node: &str) -> Vec<(String, String)> {
+    let alloc = job.alloc();
+    // What the job holds: all of the machine under --exclusive.
+    let cpus = alloc.map_or(job.demand.cpus, |a| a.cpus.len());
+    let mem = alloc.map_or(job.demand.mem_bytes, |a| a.mem_bytes);
+    let values = [
+        job.id.to_string(),
+        job.id.to_string(),
+        job.name.clone(),
+        job.user.clone(),
+        job.uid.to_string(),
+        job.command.cwd.clone(),
+        node.to_string(),
+        job.demand.cpus.to_string(),
+        cpus.to_string(),
+        cpus.to_string(),
+        (mem >> 20).to_string(),
+        "1".into(),
+        "1".into(),
+        "1".into(),
+        "1".into(),
+        "1".into(),
+        node.to_string(),
+        node.to_string(),
+    ];
+    let mut vars: Vec<(String, String)> = SLURM_VARIABLES
+        .iter()
+        .map(|n| n.to_string())
+        .zip(values)
+        .collect();
+    let devices = alloc.map(|a| a.devices.as_slice()).unwrap_or_default();
+    if !devices.is_empty() {
+        let ids: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        vars.push((SLURM_GPU_VARIABLES[0].into(), devices.len().to_string()));
+        vars.push((SLURM_GPU_VARIABLES[1].into(), ids.join(",")));
+    }
+    vars
 }
 
 /// The credential name under which a batch script snapshot is passed.
@@ -92,8 +228,17 @@ fn literal(argv: &[String]) -> Vec<String> {
 }
 
 /// The job's environment: what was forwarded (minus reserved names), then
-/// the daemon's own variables.
+/// the daemon's own variables: `XLURM_JOB_ID`, Slurm's ([`slurm_variables`],
+/// [`array_variables`]) and `extra` (the accelerators' visibility variables).
 pub fn environment(job: &Job, extra: &[(String, String)]) -> Vec<String> {
+    environment_on(job, extra, &node_name())
+}
+
+fn environment_on(job: &Job, extra: &[(String, String)], node: &str) -> Vec<String> {
+    let mut own = vec![("XLURM_JOB_ID".to_string(), job.id.to_string())];
+    own.extend(slurm_variables(job, node));
+    own.extend(array_variables(job));
+    own.extend(extra.iter().cloned());
     let mut env: Vec<String> = job
         .command
         .env
@@ -101,12 +246,11 @@ pub fn environment(job: &Job, extra: &[(String, String)]) -> Vec<String> {
         .flatten()
         .filter(|kv| {
             let name = kv.split('=').next().unwrap_or("");
-            !reserved_env(name) && !extra.iter().any(|(k, _)| k == name)
+            !reserved_env(name) && !own.iter().any(|(k, _)| k == name)
         })
         .cloned()
         .collect();
-    env.push(format!("XLURM_JOB_ID={}", job.id));
-    env.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+    env.extend(own.iter().map(|(k, v)| format!("{k}={v}")));
     env
 }
 
@@ -316,6 +460,120 @@ mod tests {
         assert!(!env
             .iter()
             .any(|e| e == "XLURM_JOB_ID=999" || e == "CUDA_VISIBLE_DEVICES=0,1,2"));
+    }
+
+    fn value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+        let found: Vec<&str> = env
+            .iter()
+            .filter_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .collect();
+        assert!(found.len() <= 1, "{name} set twice: {found:?}");
+        found.first().copied()
+    }
+
+    #[test]
+    fn every_job_gets_slurms_variables_which_forwarded_values_cannot_change() {
+        let mut job = running_job();
+        job.name = "train".into();
+        job.user = "alice".into();
+        job.uid = 1001;
+        job.command.cwd = "/home/alice/exp".into();
+        job.demand.cpus = 2;
+        job.command.env = Some(
+            [
+                "HOME=/home/alice",
+                "SLURM_JOB_ID=1",
+                "SLURM_JOBID=1",
+                "SLURM_CPUS_PER_TASK=99",
+                "SLURM_NTASKS=8",
+                "SLURM_NODELIST=node[1-8]",
+                "SLURM_ARRAY_TASK_ID=3",
+                "XLURM_ARRAY_TASK_ID=3",
+                "SLURM_MEM_PER_CPU=100",
+                "SLURM_CONF=/etc/slurm/slurm.conf",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        let env = environment_on(&job, &[], "gpu1");
+        for (name, want) in [
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOBID", "7"),
+            ("SLURM_JOB_NAME", "train"),
+            ("SLURM_JOB_USER", "alice"),
+            ("SLURM_JOB_UID", "1001"),
+            ("SLURM_SUBMIT_DIR", "/home/alice/exp"),
+            ("SLURM_SUBMIT_HOST", "gpu1"),
+            ("SLURM_CPUS_PER_TASK", "2"),
+            ("SLURM_CPUS_ON_NODE", "2"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2"),
+            ("SLURM_MEM_PER_NODE", "64"),
+            ("SLURM_JOB_NUM_NODES", "1"),
+            ("SLURM_NNODES", "1"),
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_NPROCS", "1"),
+            ("SLURM_TASKS_PER_NODE", "1"),
+            ("SLURM_NODELIST", "gpu1"),
+            ("SLURM_JOB_NODELIST", "gpu1"),
+            ("SLURM_GPUS_ON_NODE", "1"),
+            ("SLURM_JOB_GPUS", "0"),
+            ("XLURM_JOB_ID", "7"),
+            ("HOME", "/home/alice"),
+            ("SLURM_CONF", "/etc/slurm/slurm.conf"),
+        ] {
+            assert_eq!(value(&env, name), Some(want), "{name} in {env:?}");
+        }
+        // Not this job's: dropped rather than passed on.
+        for name in [
+            "SLURM_ARRAY_TASK_ID",
+            "XLURM_ARRAY_TASK_ID",
+            "SLURM_MEM_PER_CPU",
+        ] {
+            assert_eq!(value(&env, name), None, "{name} in {env:?}");
+        }
+        // The unit gets the same list.
+        let p = properties(&job, &settings(), None, &[], &[], None);
+        let Variant::Array(a) = get(&p, "Environment") else {
+            panic!("Environment is not an array")
+        };
+        assert!(format!("{a:?}").contains("SLURM_JOB_ID=7"));
+    }
+
+    #[test]
+    fn a_cpu_job_has_no_gpu_variables_even_forwarded_and_exclusive_jobs_count_all_cpus() {
+        let mut job = job_with(JobState::Pending, Outcome::default());
+        job.command.env = Some(vec![
+            "SLURM_JOB_GPUS=3".into(),
+            "SLURM_GPUS_ON_NODE=1".into(),
+        ]);
+        job.demand.cpus = 1;
+        let mut alloc = running_job().alloc().unwrap().clone();
+        alloc.devices.clear();
+        alloc.cpus = IdSet::parse_list("0-15").unwrap();
+        alloc.mem_bytes = (3 << 30) + 12345;
+        let job = job.started(alloc, 0);
+        let env = environment_on(&job, &[], "h");
+        assert_eq!(value(&env, "SLURM_JOB_GPUS"), None, "{env:?}");
+        assert_eq!(value(&env, "SLURM_GPUS_ON_NODE"), None, "{env:?}");
+        assert_eq!(value(&env, "SLURM_CPUS_PER_TASK"), Some("1"));
+        assert_eq!(value(&env, "SLURM_CPUS_ON_NODE"), Some("16"));
+        assert_eq!(value(&env, "SLURM_MEM_PER_NODE"), Some("3072"));
+    }
+
+    #[test]
+    fn the_node_is_the_short_host_name_and_every_set_name_is_reserved() {
+        assert_eq!(short_host("gpu1.lab.example.org"), "gpu1");
+        assert_eq!(short_host("box"), "box");
+        assert_eq!(short_host(""), "localhost");
+        assert!(!node_name().is_empty());
+        let job = running_job();
+        for (name, _) in slurm_variables(&job, "h") {
+            assert!(reserved_env(&name), "{name} is set but not reserved");
+        }
+        for name in ARRAY_VARIABLES {
+            assert!(reserved_env(name), "{name}");
+        }
+        assert!(!reserved_env("SLURM_CONF"));
     }
 
     #[test]

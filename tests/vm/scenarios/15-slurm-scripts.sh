@@ -1,0 +1,113 @@
+#!/bin/bash
+# Slurm scripts on xlurm (issue 18): an xbatch script reads Slurm's job variables
+# (SLURM_JOB_ID, SLURM_CPUS_PER_TASK, SLURM_MEM_PER_NODE in MiB, SLURM_NODELIST = the
+# host...), which forwarded values cannot change; a directive that would change what
+# runs or how often (--array, -N 2, --begin later) is an error naming its line and
+# queues nothing; a directive that changes nothing here is a warning. Also the seed's
+# parity: -g defaults to 0 on this machine without accelerators, `xqueue --cancel ID`,
+# `xlurmd --cancel-grace` (SIGTERM, then SIGKILL after it: the unit's TimeoutStopUSec)
+# and `xbatch --version`.
+# timeout: 240
+set -euo pipefail
+. "$XLURM_VM_LIB"
+need_bin xlurmd
+
+dropin_dir=/run/systemd/system/xlurmd.service.d
+dropin=$dropin_dir/15-grace.conf
+cleanup() {
+    [ -n "${stubborn:-}" ] && { "${XB[@]}" Cancel t "$stubborn" >/dev/null 2>&1 || true; }
+    rm -f "$dropin"
+    systemctl daemon-reload
+    systemctl reset-failed xlurmd 2>/dev/null || true
+    systemctl restart xlurmd
+}
+trap cleanup EXIT
+
+check "xlurmd with --cancel-grace 3s (drop-in)"
+mkdir -p "$dropin_dir"
+printf '%s\n' "# tests/vm/scenarios/15-slurm-scripts.sh (removed at its end)" "[Service]" \
+    "ExecStart=" "ExecStart=/usr/bin/xlurmd --cancel-grace 3s" >"$dropin"
+systemctl daemon-reload
+systemctl reset-failed xlurmd 2>/dev/null || true
+systemctl restart xlurmd
+systemctl show -p ExecStart --value xlurmd | grep -q -- '--cancel-grace 3s' \
+    || fail "the drop-in did not take"
+
+check "every command name prints the version as sbatch --version does"
+for c in xbatch xrun xqueue xcancel xinfo xlurm; do
+    v=$(as_user alice "$c" --version)
+    assert_contains "$v" "xlurm 0." "$c --version"
+done
+
+# Jobs of alice in the queue (all states), as a count of IDs.
+alice_jobs() { as_user alice xqueue --all --mine --json | grep -c '"id"' || true; }
+
+check "a Slurm script reads Slurm's variables; forwarded ones change nothing"
+host=$(hostname -s)
+as_user_sh alice 'cat > ~/slurmenv.sh <<"EOF"
+#!/bin/bash
+#SBATCH --job-name=slurmenv
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=300M
+#SBATCH -N 1 -n 1
+#SBATCH --partition=debug
+#SBATCH --output=slurmenv-%j.out
+env | grep -E "^(SLURM|XLURM)_" | sort
+EOF'
+out=$(as_user_sh alice 'SLURM_JOB_ID=999 SLURM_NTASKS=8 SLURM_JOB_GPUS=7 SLURM_ARRAY_TASK_ID=5 \
+    SLURM_MEM_PER_CPU=10 xbatch slurmenv.sh' 2>&1) || fail "xbatch failed: $out"
+echo "$out"
+assert_contains "$out" "warning: #SBATCH --partition=debug is not supported here and was ignored"
+id=$(awk '/Submitted batch job/ {print $4}' <<<"$out")
+[ -n "$id" ] || fail "no job ID in: $out"
+wait_for "[ \"\$(job_state $id)\" = COMPLETED ]" 60
+env_out=$(cat "/home/alice/slurmenv-$id.out")
+echo "$env_out"
+for want in "SLURM_JOB_ID=$id" "SLURM_JOBID=$id" "XLURM_JOB_ID=$id" \
+    "SLURM_JOB_NAME=slurmenv" "SLURM_JOB_USER=alice" "SLURM_JOB_UID=1001" \
+    "SLURM_SUBMIT_DIR=/home/alice" "SLURM_SUBMIT_HOST=$host" \
+    "SLURM_CPUS_PER_TASK=2" "SLURM_CPUS_ON_NODE=2" "SLURM_JOB_CPUS_PER_NODE=2" \
+    "SLURM_MEM_PER_NODE=300" "SLURM_JOB_NUM_NODES=1" "SLURM_NNODES=1" "SLURM_NTASKS=1" \
+    "SLURM_NPROCS=1" "SLURM_TASKS_PER_NODE=1" "SLURM_NODELIST=$host" \
+    "SLURM_JOB_NODELIST=$host"; do
+    grep -qxF "$want" <<<"$env_out" || fail "$want missing from the job's environment"
+done
+note "all of Slurm's job variables as expected"
+for gone in SLURM_JOB_ID=999 SLURM_NTASKS=8 SLURM_JOB_GPUS SLURM_GPUS_ON_NODE \
+    SLURM_ARRAY_TASK_ID SLURM_MEM_PER_CPU; do
+    assert_not_contains "$env_out" "$gone" "the CPU job's environment"
+done
+assert_contains "$(as_user alice xqueue "$id")" "devices cpu" "without -g a job here has no device"
+
+check "directives that change what runs or how often queue nothing, naming the line"
+before=$(alice_jobs)
+for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=afterok:$id" \
+    "--hold" "--chdir=/tmp"; do
+    as_user_sh alice "printf '#!/bin/bash\n# a comment\n#SBATCH $directive\necho ran > ~/forbidden.out\n' > ~/forbidden.sh"
+    rc=0; err=$(as_user alice xbatch -g 0 forbidden.sh 2>&1) || rc=$?
+    echo "$err"
+    assert_ne 0 "$rc" "xbatch's exit status with #SBATCH $directive"
+    assert_contains "$err" "forbidden.sh: line 3: #SBATCH" "the error names the line"
+    assert_contains "$err" "nothing was queued"
+done
+assert_contains "$err" "#SBATCH --chdir=/tmp: xlurm runs the job in the directory"
+as_user_sh alice "printf '#!/bin/bash\n#SBATCH --array=1-3%%2\necho \$SLURM_ARRAY_TASK_ID\n' > ~/array.sh"
+rc=0; err=$(as_user alice xbatch array.sh 2>&1) || rc=$?
+assert_contains "$err" "line 2: #SBATCH --array=1-3%2: not supported yet"
+assert_eq "$before" "$(alice_jobs)" "alice's jobs after the refused scripts"
+[ ! -e /home/alice/forbidden.out ] || fail "a refused script ran"
+
+check "xqueue --cancel: SIGTERM, then SIGKILL after --cancel-grace"
+out=$(as_user alice xbatch -g 0 --wrap 'trap "" TERM; echo ready; sleep 300' 2>&1)
+stubborn=$(awk '/Submitted batch job/ {print $4}' <<<"$out")
+wait_for "[ \"\$(job_state $stubborn)\" = RUNNING ]" 60
+wait_for "as_user alice xlurm log $stubborn | grep -q ready" 30
+assert_eq 3s "$(unit_prop "xlurm-job-$stubborn.service" TimeoutStopUSec)" "the unit's stop timeout"
+t0=$(date +%s.%N)
+as_user alice xqueue --cancel "$stubborn"
+wait_for "[ \"\$(job_state $stubborn)\" = CANCELLED ]" 30 0.1
+took=$(awk "BEGIN {print $(date +%s.%N) - $t0}")
+note "the job that ignores SIGTERM ended after ${took}s"
+awk "BEGIN {exit !($took >= 2.5 && $took < 9)}" || fail "ended after ${took}s, not about 3 s"
+assert_contains "$(as_user alice xqueue "$stubborn")" "killed with SIGKILL after the cancel grace"
+stubborn=
