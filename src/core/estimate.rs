@@ -16,11 +16,16 @@
 //! limits (lowered since) can never let it run; under fifo-strict it waits
 //! behind such a job; or more than [`DEPTH`] jobs are ahead of it.
 //!
+//! The plan is conservative: every planned job that overlaps a job's run
+//! counts in full for the whole run, even one that ends early in it. Under
+//! fifo-strict, where every job ahead starts no later, that is exact.
+//!
 //! Cost: the plan keeps the free resources after each running job's end
 //! (a step profile that only grows) and the planned jobs; a job is tried at
 //! each time something ends, from the first at which the free resources
-//! alone could hold it, against those resources minus the planned jobs that
-//! overlap its run: O(times x planned) per job in the worst case, so the
+//! alone could hold it. A sweep keeps the totals that the planned jobs
+//! overlapping the run hold, so a time that cannot work costs a few
+//! comparisons; a placement is tried only where the totals leave room. The
 //! plan stops after [`DEPTH`] jobs.
 
 use super::alloc::{place, Allocation, Room};
@@ -145,6 +150,23 @@ impl Totals {
         t
     }
 
+    fn add(&mut self, o: &Totals) {
+        self.cpus += o.cpus;
+        self.mem += o.mem;
+        for (a, b) in self.devices.iter_mut().zip(&o.devices) {
+            *a += b;
+        }
+    }
+
+    /// Removes what [`Totals::add`] added.
+    fn remove(&mut self, o: &Totals) {
+        self.cpus -= o.cpus;
+        self.mem -= o.mem;
+        for (a, b) in self.devices.iter_mut().zip(&o.devices) {
+            *a -= b;
+        }
+    }
+
     fn take(&mut self, o: &Totals) {
         self.cpus = self.cpus.saturating_sub(o.cpus);
         self.mem = self.mem.saturating_sub(o.mem);
@@ -214,6 +236,9 @@ pub struct Planner<'a> {
     /// Running jobs without a time limit, in ID order.
     endless: Vec<(JobId, Allocation)>,
     planned: Vec<Planned>,
+    /// Indices into `planned` by start and by end.
+    by_start: Vec<usize>,
+    by_end: Vec<usize>,
     timelines: HashMap<u32, Timeline>,
     /// fifo-strict: no job is planned before this.
     floor: u64,
@@ -246,6 +271,8 @@ impl<'a> Planner<'a> {
             counts: vec![running.len()],
             endless: Vec::new(),
             planned: Vec::new(),
+            by_start: Vec::new(),
+            by_end: Vec::new(),
             timelines: HashMap::new(),
             floor: now,
             blocked: None,
@@ -308,6 +335,13 @@ impl<'a> Planner<'a> {
                     self.floor = self.floor.max(start);
                 }
                 let totals = Totals::held(&alloc);
+                let k = self.planned.len();
+                let at = self
+                    .by_start
+                    .partition_point(|j| self.planned[*j].start <= start);
+                self.by_start.insert(at, k);
+                let at = self.by_end.partition_point(|j| self.planned[*j].end <= end);
+                self.by_end.insert(at, k);
                 self.planned.push(Planned {
                     start,
                     end,
@@ -350,19 +384,34 @@ impl<'a> Planner<'a> {
         cands.dedup();
         let timeline = self.timelines.get(&user);
         let mut by_limit = false;
+        // A sweep over the candidates keeps what the planned jobs overlapping
+        // the run hold: those that start before it ends, less those that end
+        // before it starts.
+        let (mut si, mut ei) = (0, 0);
+        let (mut held, mut n) = (Totals::default(), 0usize);
         for t in cands {
             let i = self.times.partition_point(|x| *x <= t) - 1;
             let end = t.saturating_add(demand.time_limit_secs);
-            let overlap = || self.planned.iter().filter(|p| p.start < end && p.end > t);
-            let mut left = self.totals[i];
-            let mut n = self.counts[i];
-            for p in overlap() {
-                left.take(&p.totals);
-                n += 1;
+            while let Some(p) = self.by_start.get(si).map(|k| &self.planned[*k]) {
+                if p.start >= end {
+                    break;
+                }
+                held.add(&p.totals);
+                (si, n) = (si + 1, n + 1);
             }
-            if n >= self.max_running || !left.may_fit(demand) {
+            while let Some(p) = self.by_end.get(ei).map(|k| &self.planned[*k]) {
+                if p.end > t {
+                    break;
+                }
+                held.remove(&p.totals);
+                (ei, n) = (ei + 1, n - 1);
+            }
+            let mut left = self.totals[i];
+            left.take(&held);
+            if self.counts[i] + n >= self.max_running || !left.may_fit(demand) {
                 continue;
             }
+            let overlap = || self.planned.iter().filter(|p| p.start < end && p.end > t);
             let mut view = self.base[i].clone();
             for p in overlap() {
                 view.take(self.machine, &p.alloc);

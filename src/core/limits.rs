@@ -467,6 +467,21 @@ impl Headroom {
             }
     }
 
+    /// What is left once `h` more is held (an exclusive job no longer fits).
+    pub fn less(&self, h: &Held) -> Headroom {
+        Headroom {
+            limited: self.limited,
+            jobs: self.jobs.saturating_sub(h.jobs as u64),
+            cpus: self.cpus.saturating_sub(h.cpus as u64),
+            mem: self.mem.saturating_sub(h.mem),
+            devices: self.devices.saturating_sub(h.devices as u64),
+            per_vendor: std::array::from_fn(|i| {
+                self.per_vendor[i].saturating_sub(h.per_vendor[i] as u64)
+            }),
+            exclusive: false,
+        }
+    }
+
     /// The vendors whose own limit leaves fewer than `count` devices: an
     /// `auto` job must not be given theirs.
     pub fn vendors_over(&self, count: u32) -> Vec<Vendor> {

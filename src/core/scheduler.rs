@@ -78,6 +78,16 @@ struct Brief {
     user: u32,
 }
 
+impl Brief {
+    fn of(d: &Demand, user: u32) -> Brief {
+        Brief {
+            need: Need::of(d),
+            time_limit_secs: d.time_limit_secs,
+            user,
+        }
+    }
+}
+
 /// A pending job.
 #[derive(Debug, Clone)]
 struct Queued {
@@ -340,19 +350,27 @@ impl Scheduler {
         let max_running = self.limits.max_running as usize;
         // Whether the pass stopped before it could tell which job blocks.
         let mut stopped_early = false;
+        // Under the backfill policies the head's owner keeps room under their
+        // limits for the head: their later jobs start only beside it.
+        let mut claim: Option<(u32, Held)> = None;
         for (&(_, _, id), brief) in &self.queue {
             if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
                 break;
             }
-            // A job its owner's limits hold back waits without blocking anyone.
-            let limits = &self.users.states[brief.user as usize].room;
-            if limits.limited && !limits.admits(&brief.need) {
-                continue;
-            }
             // Short jobs under strict-backfill may use everything free; other
             // jobs after the head only the view.
             let short = shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs) <= s);
+            // A job its owner's limits hold back waits without blocking anyone.
+            let mut limits = self.users.states[brief.user as usize].room;
+            if limits.limited {
+                if let Some((_, h)) = claim.filter(|(u, _)| *u == brief.user && !short) {
+                    limits = limits.less(&h);
+                }
+                if !limits.admits(&brief.need) {
+                    continue;
+                }
+            }
             let (avail, room) = match &view {
                 Some((v, r)) if !short => (v, r),
                 _ => (&self.books.free, &free_room),
@@ -443,6 +461,9 @@ impl Scheduler {
                         continue;
                     }
                     head = Some(id);
+                    if limits.limited && self.policy.backfills() {
+                        claim = Some((brief.user, Held::of_need(&brief.need, machine)));
+                    }
                     match self.policy {
                         Policy::FifoStrict => break,
                         Policy::LargestFirst => {}

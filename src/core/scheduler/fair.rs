@@ -3,10 +3,11 @@
 //! per-user limits.
 
 use super::{Brief, QueueKey, Queued, RunInfo, Running, Scheduler};
-use crate::core::alloc::{Allocation, Need};
+use crate::core::alloc::Allocation;
 use crate::core::device::Vendor;
 use crate::core::fairshare::{factor, ShareRow, UsageLedger, UsageWeights, FROM_NEXT};
 use crate::core::limits::{Held, LimitError, LimitHit, Resource, Uid, UserLimits};
+use crate::core::policy::Policy;
 use crate::core::priority::{
     priority_at, sort_key, Owner, Priority, PriorityConfig, PriorityMode, Submission,
 };
@@ -34,12 +35,7 @@ impl Scheduler {
         let user = self.user_index(sub.owner);
         self.users.states[user as usize].pending += 1;
         let key = self.key_of(&demand, &sub, user, id);
-        let brief = Brief {
-            need: Need::of(&demand),
-            time_limit_secs: demand.time_limit_secs,
-            user,
-        };
-        self.queue.insert(key, brief);
+        self.queue.insert(key, Brief::of(&demand, user));
         self.pending.insert(
             id,
             Queued {
@@ -196,42 +192,40 @@ impl Scheduler {
 
     /// A job's queue key under the current policy and priority settings.
     pub(super) fn key_of(&self, d: &Demand, sub: &Submission, user: u32, id: JobId) -> QueueKey {
-        let rank = match self.policy {
-            crate::core::Policy::LargestFirst => u32::MAX - d.devices.count,
-            _ => 0,
-        };
-        let key = match self.prio.mode {
-            PriorityMode::Fifo => 0,
-            PriorityMode::Fair => {
-                let points = self.users.states[user as usize].fair_points;
-                sort_key(&self.prio, points, sub, self.clock)
-            }
-        };
-        (rank, Reverse(key), id)
+        let points = self.users.states[user as usize].fair_points;
+        queue_key(self.policy, &self.prio, points, d, sub, id, self.clock)
     }
 
     /// Recomputes every pending job's key; moves those that changed, or
-    /// rebuilds the whole order when `all` or when more than an eighth did.
+    /// rebuilds the whole order (one sort) when `all` or when more than an
+    /// eighth did.
     pub(super) fn rekey(&mut self, all: bool) {
         let mut moved: Vec<(QueueKey, QueueKey)> = Vec::new();
-        let ids: Vec<JobId> = self.pending.keys().copied().collect();
-        for id in ids {
-            let q = &self.pending[&id];
-            let key = self.key_of(&q.demand, &q.sub, q.user, id);
+        let users = &self.users.states;
+        for (id, q) in self.pending.iter_mut() {
+            let points = users[q.user as usize].fair_points;
+            let key = queue_key(
+                self.policy,
+                &self.prio,
+                points,
+                &q.demand,
+                &q.sub,
+                *id,
+                self.clock,
+            );
             if key != q.key {
                 moved.push((q.key, key));
-                if let Some(q) = self.pending.get_mut(&id) {
-                    q.key = key;
-                }
+                q.key = key;
             }
         }
         if all || moved.len() > self.pending.len() / 8 {
-            let old = std::mem::take(&mut self.queue);
-            let mut entries: Vec<(QueueKey, Brief)> = old
-                .into_iter()
-                .map(|(k, b)| (self.pending[&k.2].key, b))
+            let mut entries: Vec<(QueueKey, Brief)> = self
+                .pending
+                .values()
+                .map(|q| (q.key, Brief::of(&q.demand, q.user)))
                 .collect();
             entries.sort_unstable_by_key(|(k, _)| *k);
+            // Already sorted: the map is built in one linear pass.
             self.queue = entries.into_iter().collect();
         } else {
             for (old, new) in moved {
@@ -430,4 +424,25 @@ impl Scheduler {
             need: d.count as u64,
         })
     }
+}
+
+/// The queue key of a job: `(rank, priority key, id)`, see [`QueueKey`].
+fn queue_key(
+    policy: Policy,
+    prio: &PriorityConfig,
+    fair_points: i64,
+    d: &Demand,
+    sub: &Submission,
+    id: JobId,
+    now: u64,
+) -> QueueKey {
+    let rank = match policy {
+        Policy::LargestFirst => u32::MAX - d.devices.count,
+        _ => 0,
+    };
+    let key = match prio.mode {
+        PriorityMode::Fifo => 0,
+        PriorityMode::Fair => sort_key(prio, fair_points, sub, now),
+    };
+    (rank, Reverse(key), id)
 }

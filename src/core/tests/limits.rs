@@ -259,3 +259,28 @@ fn lowering_a_limit_stops_nothing_and_holds_new_starts() {
     s.set_shares(BTreeMap::from([(ALICE, 3)]));
     assert_eq!(s.shares()[&ALICE], 3);
 }
+
+#[test]
+fn the_heads_owner_cannot_spend_the_limit_the_head_needs() {
+    // 8 GPUs; bob holds 6. alice may hold 4: her 4-GPU job 2 is the head,
+    // so her later 1-GPU job 3 must not backfill (at the head's start she
+    // would be over her limit); bob's job 4 may.
+    for policy in [Policy::EasyBackfill, Policy::StrictBackfill] {
+        let mut s = sched(gpu_box(), policy);
+        s.set_user_limits(gpus_for(ALICE, 4));
+        let g = |n, t| Request {
+            time_limit_secs: Some(t),
+            ..req(1, n)
+        };
+        submit_as(&mut s, 1, g(6, 100), BOB, 0);
+        assert_eq!(started(&s.schedule(0)), vec![1]);
+        submit_as(&mut s, 2, g(4, 100), ALICE, 1);
+        submit_as(&mut s, 3, g(1, 3000), ALICE, 2);
+        submit_as(&mut s, 4, g(1, 3000), BOB, 3);
+        assert_eq!(started(&s.schedule(5)), vec![4], "{policy}");
+        assert_eq!(s.head(), Some(2));
+        assert_eq!(s.reason(3), Some(Reason::Priority));
+        s.finish_at(1, 100);
+        assert_eq!(started(&s.schedule(100)), vec![2], "{policy}");
+    }
+}
