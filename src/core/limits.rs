@@ -363,17 +363,28 @@ impl Resolved {
     /// that would be one pending job more than allowed (`pending` is how
     /// many its owner has).
     pub fn admit(&self, job: &Held, pending: u32) -> Result<(), LimitError> {
-        if let Some((what, limit, scope)) = self
+        self.alone(job)?;
+        self.one_more(pending)
+    }
+
+    /// Refuses a job that alone holds more than a limit allows.
+    pub fn alone(&self, job: &Held) -> Result<(), LimitError> {
+        match self
             .bounds()
             .find(|(what, limit, _)| job.get(*what) > *limit)
         {
-            return Err(LimitError::NeverFits {
+            Some((what, limit, scope)) => Err(LimitError::NeverFits {
                 what,
                 asked: job.get(what),
                 limit,
                 scope,
-            });
+            }),
+            None => Ok(()),
         }
+    }
+
+    /// Refuses one more pending job to a user who has `pending`.
+    pub fn one_more(&self, pending: u32) -> Result<(), LimitError> {
         match self.pending_jobs {
             Some((limit, scope)) if pending >= limit => Err(LimitError::TooManyPending {
                 pending: pending as u64,

@@ -365,8 +365,7 @@ impl Scheduler {
             .users
             .get(owner.uid)
             .map_or(0, |i| self.users.states[i as usize].pending);
-        let job = Held::of_demand(demand, &self.machine);
-        limits.admit(&job, pending)?;
+        limits.alone(&Held::of_demand(demand, &self.machine))?;
         let count = demand.devices.count;
         if count > 0 && demand.devices.vendor.is_none() && !demand.exclusive {
             // An `auto` job: some vendor it could use must allow `count`.
@@ -383,7 +382,7 @@ impl Scheduler {
                 }
             }
         }
-        Ok(())
+        limits.one_more(pending)
     }
 
     /// The vendors with at least `count` devices.
