@@ -37,7 +37,6 @@ use super::request::{validate, Demand, Limits, Request, RequestError};
 use super::users::Users;
 use super::JobId;
 use shape::{FastHash, Shape};
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A job that holds resources.
@@ -64,25 +63,31 @@ struct Budget {
     avail: Avail,
 }
 
-/// Queue order: `(rank, priority key, id)`, the highest key first; rank is 0
-/// except under largest-first, the key 0 in `fifo` mode.
-type QueueKey = (u32, Reverse<i64>, JobId);
+/// Queue order: `(order, id)`, where `order` packs the rank (0 except under
+/// largest-first: more devices first) above the priority key (highest
+/// first; 0 in `fifo` mode), so that the key stays 16 bytes (see
+/// `fair::queue_key`).
+type QueueKey = (u64, JobId);
 
 /// What a pass reads of every queued job, kept apart from the full demands so
 /// that walking a long queue touches as little memory as possible.
 #[derive(Debug, Clone, Copy)]
 struct Brief {
     need: Need,
-    time_limit_secs: u64,
+    /// Saturated at `u32::MAX` (136 years), to keep the record 32 bytes.
+    time_limit_secs: u32,
     /// The owner's index in [`Users`].
     user: u32,
 }
+
+// What a pass walks per job: a 16-byte key and this 32-byte record.
+const _: () = assert!(std::mem::size_of::<Brief>() == 32);
 
 impl Brief {
     fn of(d: &Demand, user: u32) -> Brief {
         Brief {
             need: Need::of(d),
-            time_limit_secs: d.time_limit_secs,
+            time_limit_secs: d.time_limit_secs.min(u32::MAX as u64) as u32,
             user,
         }
     }
@@ -353,19 +358,23 @@ impl Scheduler {
         // Under the backfill policies the head's owner keeps room under their
         // limits for the head: their later jobs start only beside it.
         let mut claim: Option<(u32, Held)> = None;
-        for (&(_, _, id), brief) in &self.queue {
+        for (&(_, id), brief) in &self.queue {
             if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
                 break;
             }
             // Short jobs under strict-backfill may use everything free; other
             // jobs after the head only the view.
-            let short = shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs) <= s);
+            let short =
+                shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs as u64) <= s);
             // A job its owner's limits hold back waits without blocking anyone.
-            let mut limits = self.users.states[brief.user as usize].room;
+            let owned = &self.users.states[brief.user as usize].room;
+            let claimed;
+            let mut limits = owned;
             if limits.limited {
                 if let Some((_, h)) = claim.filter(|(u, _)| *u == brief.user && !short) {
-                    limits = limits.less(&h);
+                    claimed = owned.less(&h);
+                    limits = &claimed;
                 }
                 if !limits.admits(&brief.need) {
                     continue;

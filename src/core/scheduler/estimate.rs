@@ -41,10 +41,10 @@ impl Scheduler {
         }
         let mut plan = self.planner(now);
         for key in self.queue.keys() {
-            let q = &self.pending[&key.2];
+            let q = &self.pending[&key.1];
             let limits = &self.users.states[q.user as usize].limits;
-            let e = plan.plan(key.2, &q.demand, q.user, limits);
-            if key.2 == id {
+            let e = plan.plan(key.1, &q.demand, q.user, limits);
+            if key.1 == id {
                 return Some(e);
             }
         }
@@ -59,9 +59,9 @@ impl Scheduler {
             .keys()
             .take(max)
             .map(|key| {
-                let q = &self.pending[&key.2];
+                let q = &self.pending[&key.1];
                 let limits = &self.users.states[q.user as usize].limits;
-                (key.2, plan.plan(key.2, &q.demand, q.user, limits))
+                (key.1, plan.plan(key.1, &q.demand, q.user, limits))
             })
             .collect()
     }

@@ -13,7 +13,6 @@ use crate::core::priority::{
 };
 use crate::core::request::Demand;
 use crate::core::JobId;
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 /// What a user holds and has pending, for `xlurm limits`.
@@ -116,7 +115,7 @@ impl Scheduler {
 
     /// Pending jobs in the order a pass considers them.
     pub fn queue_order(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.keys().map(|k| k.2)
+        self.queue.keys().map(|k| k.1)
     }
 
     pub fn priority_config(&self) -> &PriorityConfig {
@@ -425,7 +424,11 @@ impl Scheduler {
     }
 }
 
-/// The queue key of a job: `(rank, priority key, id)`, see [`QueueKey`].
+/// The queue key of a job, see [`QueueKey`]: the rank in the top 8 bits
+/// (under largest-first `255 - devices`, at most 255 devices told apart),
+/// below it the priority key, biased and inverted so that the highest comes
+/// first, clamped to 56 bits (keys stay within about ±2^52, see
+/// [`sort_key`]).
 fn queue_key(
     policy: Policy,
     prio: &PriorityConfig,
@@ -435,13 +438,15 @@ fn queue_key(
     id: JobId,
     now: u64,
 ) -> QueueKey {
+    const HALF: i64 = 1 << 55;
     let rank = match policy {
-        Policy::LargestFirst => u32::MAX - d.devices.count,
+        Policy::LargestFirst => 255 - d.devices.count.min(255) as u64,
         _ => 0,
     };
     let key = match prio.mode {
         PriorityMode::Fifo => 0,
         PriorityMode::Fair => sort_key(prio, fair_points, sub, now),
     };
-    (rank, Reverse(key), id)
+    let biased = (key.clamp(-HALF, HALF - 1) + HALF) as u64;
+    (rank << 56 | ((1u64 << 56) - 1 - biased), id)
 }
