@@ -22,17 +22,28 @@
 //! - `distinct`: `hard` with a different memory size for every job, so no two
 //!   jobs share a request shape (the worst case for the per-pass failure cache).
 //!
+//! The `fair-*` rows run the same queues in `fair` priority mode, the jobs
+//! spread over 1,000 users (each with decayed usage, submissions over the
+//! last 3 days, one in ten with a nice value), under per-user limits (64
+//! running jobs, 128 CPUs, 2 GPUs, 1 TiB each; one user in ten limited to 1
+//! running job), and the running jobs spread over the users too. The
+//! `upkeep` lines time what fair share costs besides a pass: re-keying the
+//! whole queue after usages changed (`reprioritize`), queueing one job
+//! (`enqueue_for`), and estimating the first 500 jobs' starts.
+//!
 //! Each figure is one `schedule()` call on a fresh clone of the same state
 //! (cloning is not timed); "release" times `finish()` of one running job plus
 //! the pass that follows. A table then shows how a pass grows with the queue
 //! (1k to 1M jobs).
 //!
 //! Flags (after `--`): `--quick` (10k jobs, 5 passes), `--only TEXT` (rows
-//! whose "machine queue policy" contains TEXT; `table` for the table),
-//! `--repeat N` (N passes on one scheduler, for profilers). See docs/core.md.
+//! whose "machine queue policy" contains TEXT; `upkeep` for the upkeep
+//! lines, `table` for the table), `--repeat N` (N passes on one scheduler,
+//! for profilers). See docs/core.md.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+use xlurm::core::estimate;
 use xlurm::core::*;
 
 const GIB: u64 = 1 << 30;
@@ -239,15 +250,97 @@ fn pending_request(q: Queue, i: usize, free_cpus: u32, free_mem: u64, rng: &mut 
 
 /// A scheduler in the state described at the top, with `pending` queued jobs.
 fn build(shape: Shape, q: Queue, pending: usize, policy: Policy) -> (Scheduler, Vec<JobId>) {
+    build_with(shape, q, pending, policy, false)
+}
+
+/// Users of the `fair` rows, and the first one's UID.
+const USERS: u32 = 1000;
+const UID0: u32 = 10_000;
+
+/// The `fair` rows' settings: fair-share priority; per-user limits (by
+/// default 64 running jobs, 128 CPUs, 2 GPUs, 1 TiB; one user in ten is in
+/// group 100, limited to 1 running job); decayed usage for every user; the
+/// running jobs spread over the users.
+fn make_fair(s: &mut Scheduler, running: &[JobId], rng: &mut Rng) {
+    s.set_priority(PriorityConfig::fair());
+    let mut limits = UserLimits {
+        default: UserLimit {
+            running_jobs: Some(64),
+            cpus: Some(128),
+            gpus: Some(2),
+            mem_bytes: Some(1 << 40),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    limits.groups.insert(
+        100,
+        UserLimit {
+            running_jobs: Some(1),
+            ..Default::default()
+        },
+    );
+    s.set_user_limits(limits);
+    s.restore_usage(UsageLedger {
+        at: NOW,
+        half_life_secs: 7 * 24 * HOUR,
+        users: (0..USERS)
+            .map(|u| (UID0 + u, rng.below(10_000_000) as f64))
+            .collect(),
+    });
+    for &id in running {
+        let r = s.running(id).expect("adopted").clone();
+        let sub = submission(id as u32 * 7, 0, rng);
+        s.adopt_for(id, r.alloc, r.deadline, sub, Some(NOW - HOUR));
+    }
+}
+
+/// A submission of user number `u` (mod [`USERS`]) in the last 3 days; one
+/// in ten `nice`.
+fn submission(u: u32, nice: i32, rng: &mut Rng) -> Submission {
+    let u = u % USERS;
+    Submission {
+        owner: Owner {
+            uid: UID0 + u,
+            gid: 100 + u % 10,
+        },
+        nice: if rng.below(10) == 0 { nice } else { 0 },
+        submitted_at: NOW - rng.below(3 * 24 * HOUR),
+    }
+}
+
+/// [`build`], and with `fair` the settings of [`make_fair`] and pending jobs
+/// of random users.
+fn build_with(
+    shape: Shape,
+    q: Queue,
+    pending: usize,
+    policy: Policy,
+    fair: bool,
+) -> (Scheduler, Vec<JobId>) {
     let mut rng = Rng(0x5eed ^ pending as u64);
+    let mut owners = Rng(0xfa1e ^ pending as u64);
     let mut s = Scheduler::new(machine(shape), policy, limits());
     let running = adopt_running(&mut s, shape, &mut rng);
+    if fair {
+        make_fair(&mut s, &running, &mut owners);
+    }
     let free_cpus = s.free().free_cpus();
     let free_mem: u64 = s.free().mem.iter().sum();
     for i in 0..pending {
         let req = pending_request(q, i, free_cpus, free_mem, &mut rng);
         let d = s.validate(&req).expect("benchmark request is valid");
-        s.enqueue(100_000 + i as JobId, d);
+        let id = 100_000 + i as JobId;
+        if fair {
+            let u = owners.below(USERS as u64) as u32;
+            let sub = submission(u, 100, &mut owners);
+            s.enqueue_for(id, d, sub);
+        } else {
+            s.enqueue(id, d);
+        }
+    }
+    if fair {
+        s.reprioritize(NOW);
     }
     (s, running)
 }
@@ -315,16 +408,55 @@ fn time_release(base: &Scheduler, running: &[JobId], n: usize) -> Stats {
     stats(times, started)
 }
 
+/// What fair share costs besides the pass, on the `fair-hard` state:
+/// re-keying the whole queue after usage changed, queueing one job, and
+/// estimating the first [`estimate::DEPTH`] jobs' starts.
+fn upkeep(shape: Shape, n: usize, reps: usize) {
+    let (base, _) = build_with(shape, Queue::Hard, n, Policy::StrictBackfill, true);
+    let (mut rekey, mut submit, mut plan) = (Vec::new(), Vec::new(), Vec::new());
+    let d = base.validate(&Request::default()).expect("valid");
+    for k in 0..reps {
+        let mut s = base.clone();
+        // Five minutes later every user's usage (hence factor) has moved.
+        let t = Instant::now();
+        s.reprioritize(black_box(NOW + 300));
+        rekey.push(t.elapsed());
+        let mut rng = Rng(k as u64);
+        let subs: Vec<Submission> = (0..1000).map(|i| submission(i, 0, &mut rng)).collect();
+        let t = Instant::now();
+        for (i, sub) in subs.into_iter().enumerate() {
+            s.enqueue_for(1_000_000 + i as JobId, d.clone(), sub);
+        }
+        submit.push(t.elapsed() / 1000);
+        let t = Instant::now();
+        black_box(s.estimates(NOW + 300, estimate::DEPTH));
+        plan.push(t.elapsed());
+    }
+    let (r, q, e) = (stats(rekey, 0), stats(submit, 0), stats(plan, 0));
+    println!(
+        "{} upkeep, {n} jobs of {USERS} users (median / max): reprioritize {} / {} ms, \
+         enqueue_for {:.2} / {:.2} us per job, estimates of the first {} jobs {} / {} ms",
+        shape.name,
+        ms(r.median).trim(),
+        ms(r.max).trim(),
+        q.median.as_secs_f64() * 1e6,
+        q.max.as_secs_f64() * 1e6,
+        estimate::DEPTH,
+        ms(e.median).trim(),
+        ms(e.max).trim(),
+    );
+}
+
 fn header() {
     println!(
-        "{:<8} {:<9} {:<16} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:<8} {:<13} {:<16} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "machine", "queue", "policy", "min", "median", "p90", "max", "started"
     );
 }
 
 fn row(machine: &str, queue: &str, policy: Policy, st: &Stats) {
     println!(
-        "{:<8} {:<9} {:<16} {} {} {} {} {:>8}",
+        "{:<8} {:<13} {:<16} {} {} {} {} {:>8}",
         machine,
         queue,
         policy.name(),
@@ -405,6 +537,31 @@ fn main() {
                 policy,
                 &time_release(&s, &running, passes),
             );
+        }
+        // The same queues with fair-share priority and per-user limits.
+        for q in [Queue::Hard, Queue::Fill, Queue::Distinct] {
+            let name = format!("fair-{}", q.name());
+            for policy in Policy::ALL {
+                if !wanted(&format!("{} {name} {}", shape.name, policy.name())) {
+                    continue;
+                }
+                let (s, _) = build_with(shape, q, n, policy, true);
+                row(shape.name, &name, policy, &time_passes(&s, passes));
+            }
+        }
+        for policy in Policy::ALL {
+            if !wanted(&format!("{} fair-release {}", shape.name, policy.name())) {
+                continue;
+            }
+            let (s, running) = build_with(shape, Queue::Hard, n, policy, true);
+            let st = time_release(&s, &running, passes);
+            row(shape.name, "fair-release", policy, &st);
+        }
+    }
+    if wanted("upkeep") {
+        println!();
+        for shape in MACHINES {
+            upkeep(shape, n, if quick { 3 } else { 10 });
         }
     }
     if !wanted("table") {

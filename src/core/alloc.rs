@@ -95,6 +95,28 @@ pub fn place(demand: &Demand, machine: &Machine, avail: &Avail) -> Result<Alloca
     })))
 }
 
+/// [`place`] for a non-exclusive `auto` device job that must not get the
+/// devices of the `barred` vendors (its owner's limit for them is reached);
+/// `None` when no vendor that could ever hold it is left.
+pub fn place_avoiding(
+    demand: &Demand,
+    machine: &Machine,
+    avail: &Avail,
+    barred: &[Vendor],
+) -> Option<Result<Allocation, Reason>> {
+    let mut reason: Option<Reason> = None;
+    for vendor in candidate_vendors(demand, machine) {
+        if barred.contains(&vendor) {
+            continue;
+        }
+        match place_on_vendor(demand, machine, avail, vendor) {
+            Ok(a) => return Some(Ok(a)),
+            Err(r) => keep_mildest(&mut reason, r),
+        }
+    }
+    reason.map(Err)
+}
+
 /// A summary of free resources for a cheap test that rules out jobs which
 /// certainly do not fit, without building a placement: free CPUs and memory
 /// per node and in total, usable free devices per vendor, and whether the
@@ -197,6 +219,16 @@ pub struct Need {
 }
 
 impl Need {
+    /// An exclusive job: it holds the whole machine, whatever it asked for.
+    pub const EXCLUSIVE: Need = Need {
+        mem: 0,
+        cpus: 0,
+        count: 0,
+        vendor: None,
+        exclusive: true,
+        numa_local: false,
+    };
+
     pub fn of(d: &Demand) -> Need {
         Need {
             mem: d.mem_bytes,

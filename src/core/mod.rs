@@ -7,13 +7,18 @@ pub mod alloc;
 pub mod books;
 pub mod budget;
 pub mod device;
+pub mod estimate;
+pub mod fairshare;
 pub mod idset;
+pub mod limits;
 pub mod machine;
 pub mod policy;
+pub mod priority;
 pub mod reason;
 pub mod request;
 pub mod scheduler;
 pub mod topology;
+mod users;
 
 /// Job IDs are assigned by the daemon, increase, and are never reused.
 pub type JobId = u64;
@@ -21,12 +26,16 @@ pub type JobId = u64;
 pub use alloc::Allocation;
 pub use budget::{Budget, OverBudget, Usage};
 pub use device::{Device, DeviceRef, Health, Vendor};
+pub use estimate::{Estimate, Unknown};
+pub use fairshare::{ShareRow, UsageLedger, UsageWeights};
 pub use idset::{CpuSet, IdSet, NodeSet};
+pub use limits::{Held, LimitError, LimitHit, Resource, Scope, UserLimit, UserLimits};
 pub use machine::Machine;
 pub use policy::Policy;
+pub use priority::{Owner, Priority, PriorityConfig, PriorityMode, Submission};
 pub use reason::{Reason, Shortage};
 pub use request::{Demand, DeviceRequest, Limits, Request, RequestError};
-pub use scheduler::Scheduler;
+pub use scheduler::{Scheduler, UserUse};
 pub use topology::{Node, Reserve, Topology};
 
 #[cfg(test)]

@@ -34,6 +34,12 @@ impl Policy {
         Policy::LargestFirst,
     ];
 
+    /// Whether later jobs may pass a blocked head within what the policy
+    /// keeps for it (easy- and strict-backfill).
+    pub fn backfills(self) -> bool {
+        matches!(self, Policy::EasyBackfill | Policy::StrictBackfill)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Policy::FifoStrict => "fifo-strict",

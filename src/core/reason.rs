@@ -1,6 +1,7 @@
 //! Why a pending job has not started.
 
 use super::device::Vendor;
+use super::limits::LimitHit;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -44,6 +45,8 @@ pub enum Reason {
     MaxRunning,
     /// An exclusive job runs, or this exclusive job waits for the machine to be idle.
     Exclusive,
+    /// Starting it would take its owner past one of their limits.
+    UserLimit(LimitHit),
 }
 
 impl Reason {
@@ -57,6 +60,7 @@ impl Reason {
             Reason::DevicesDisabled => "DevicesDisabled",
             Reason::MaxRunning => "MaxRunning",
             Reason::Exclusive => "Exclusive",
+            Reason::UserLimit(_) => "UserLimit",
         }
     }
 }
@@ -89,6 +93,7 @@ impl fmt::Display for Reason {
             Reason::DevicesDisabled => f.write_str("DevicesDisabled (excluded by the admin)"),
             Reason::MaxRunning => f.write_str("MaxRunning (the limit of running jobs is reached)"),
             Reason::Exclusive => f.write_str("Exclusive (waits for or holds the whole machine)"),
+            Reason::UserLimit(hit) => write!(f, "UserLimit ({hit})"),
         }
     }
 }

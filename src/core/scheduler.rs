@@ -1,28 +1,43 @@
 //! The scheduler: queue, running jobs, books, and one pass that decides which
 //! jobs start now with which resources.
 //!
-//! A pass walks the queue in policy order and stops as early as it can prove
-//! nothing more will start (the running limit, no CPU left in the view later
-//! jobs may use, fifo-strict's blocked head). Once the head is known, a job
-//! that a summary of the free resources ([`Room`]) shows cannot fit is skipped
-//! without a placement, in a few comparisons; request shapes whose placement
-//! failed are remembered for the rest of the pass (free resources only shrink
-//! during a pass, so a shape that failed keeps failing). A pass over a long
-//! queue that cannot start anything thus costs O(n) cheap checks plus one
-//! placement per distinct shape that passes them. Pending reasons are not
-//! stored per job; [`Scheduler::reason`] derives one on demand from the state
-//! the last pass left.
+//! A pass walks the queue in priority order (see [`super::priority`]; in
+//! `fifo` mode submission order) and stops as early as it can prove nothing
+//! more will start (the running limit, no CPU left in the view later jobs may
+//! use, fifo-strict's blocked head). A job its owner's limits hold back is
+//! skipped in a few comparisons and never becomes the head. Once the head is
+//! known, a job that a summary of the free resources ([`Room`]) shows cannot
+//! fit is skipped without a placement, in a few comparisons; request shapes
+//! whose placement failed are remembered for the rest of the pass (free
+//! resources only shrink during a pass, so a shape that failed keeps
+//! failing). A pass over a long queue that cannot start anything thus costs
+//! O(n) cheap checks plus one placement per distinct shape that passes them.
+//! Pending reasons are not stored per job; [`Scheduler::reason`] derives one
+//! on demand from the state the last pass left.
+//!
+//! Owners, fair share and limits live in `scheduler/fair.rs`, estimated
+//! starts in `scheduler/estimate.rs`.
 
-use super::alloc::{place, Allocation, Need, Room};
+mod estimate;
+mod fair;
+mod shape;
+
+pub use fair::UserUse;
+
+use super::alloc::{place, place_avoiding, Allocation, Need, Room};
 use super::books::{Avail, Books};
 use super::device::{Health, Vendor};
+use super::fairshare::{Meters, UsageWeights};
+use super::limits::{Held, Uid, UserLimits};
 use super::machine::Machine;
 use super::policy::Policy;
+use super::priority::{PriorityConfig, Submission};
 use super::reason::Reason;
 use super::request::{validate, Demand, Limits, Request, RequestError};
+use super::users::Users;
 use super::JobId;
+use shape::{FastHash, Shape};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// A job that holds resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,15 +63,51 @@ struct Budget {
     avail: Avail,
 }
 
-/// Queue order: `(rank, id)`; rank is 0 except under largest-first.
-type QueueKey = (u32, JobId);
+/// Queue order: `(order, id)`, where `order` packs the rank (0 except under
+/// largest-first: more devices first) above the priority key (highest
+/// first; 0 in `fifo` mode), so that the key stays 16 bytes (see
+/// `fair::queue_key`).
+type QueueKey = (u64, JobId);
 
 /// What a pass reads of every queued job, kept apart from the full demands so
 /// that walking a long queue touches as little memory as possible.
 #[derive(Debug, Clone, Copy)]
 struct Brief {
     need: Need,
-    time_limit_secs: u64,
+    /// Saturated at `u32::MAX` (136 years), to keep the record 32 bytes.
+    time_limit_secs: u32,
+    /// The owner's index in [`Users`].
+    user: u32,
+}
+
+// What a pass walks per job: a 16-byte key and this 32-byte record.
+const _: () = assert!(std::mem::size_of::<Brief>() == 32);
+
+impl Brief {
+    fn of(d: &Demand, user: u32) -> Brief {
+        Brief {
+            need: Need::of(d),
+            time_limit_secs: d.time_limit_secs.min(u32::MAX as u64) as u32,
+            user,
+        }
+    }
+}
+
+/// A pending job.
+#[derive(Debug, Clone)]
+struct Queued {
+    key: QueueKey,
+    demand: Demand,
+    sub: Submission,
+    user: u32,
+}
+
+/// The owner of a running job and what it holds against their limits.
+#[derive(Debug, Clone)]
+struct RunInfo {
+    user: u32,
+    sub: Submission,
+    held: Held,
 }
 
 #[derive(Debug, Clone)]
@@ -64,90 +115,40 @@ pub struct Scheduler {
     machine: Machine,
     books: Books,
     running: HashMap<JobId, Running>,
+    run_info: HashMap<JobId, RunInfo>,
     queue: BTreeMap<QueueKey, Brief>,
-    /// Each pending job's rank and demand.
-    pending: HashMap<JobId, (u32, Demand)>,
+    pending: HashMap<JobId, Queued>,
     policy: Policy,
     limits: Limits,
     budget: Option<Budget>,
     last: PassInfo,
     /// How many running jobs hold the whole machine.
     exclusive: usize,
+    prio: PriorityConfig,
+    weights: UsageWeights,
+    meters: Meters,
+    /// Shares the admin gave; other users have `prio.default_share`.
+    shares: BTreeMap<Uid, u32>,
+    user_limits: UserLimits,
+    users: Users,
+    /// The latest time seen (a pass, a re-keying, an end, a submission).
+    clock: u64,
+    /// Decayed usage and shares of all active users at the last re-keying,
+    /// for the factor of a user seen for the first time.
+    totals: (f64, u64),
 }
-
-/// The shape of a demand: everything placement looks at, plus whether it is
-/// short (ends before strict-backfill's reservation), for remembering failures
-/// within a pass.
-#[derive(Hash, PartialEq, Eq)]
-struct Shape<'a> {
-    cpus: u32,
-    mem: u64,
-    count: u32,
-    vendor: Option<Vendor>,
-    ids: &'a [u32],
-    exclude: &'a [u32],
-    exclusive: bool,
-    numa_local: bool,
-    short: bool,
-}
-
-impl<'a> Shape<'a> {
-    fn of(d: &'a Demand, short: bool) -> Shape<'a> {
-        Shape {
-            cpus: d.cpus,
-            mem: d.mem_bytes,
-            count: d.devices.count,
-            vendor: d.devices.vendor,
-            ids: &d.devices.ids,
-            exclude: &d.devices.exclude,
-            exclusive: d.exclusive,
-            numa_local: d.numa_local,
-            short,
-        }
-    }
-}
-
-/// FxHash (rustc's hasher): the failure set is keyed by small integers
-/// from one process, so it needs speed, not flooding resistance.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FastHash = BuildHasherDefault<FxHasher>;
 
 impl Scheduler {
+    /// A scheduler in `fifo` priority mode without user limits: submission
+    /// order, as before priorities existed. See [`Scheduler::set_priority`].
     pub fn new(machine: Machine, policy: Policy, limits: Limits) -> Scheduler {
+        let prio = PriorityConfig::default();
         Scheduler {
             books: Books::new(&machine),
+            weights: UsageWeights::for_machine(&machine),
             machine,
             running: HashMap::new(),
+            run_info: HashMap::new(),
             queue: BTreeMap::new(),
             pending: HashMap::new(),
             policy,
@@ -155,7 +156,26 @@ impl Scheduler {
             budget: None,
             last: PassInfo::default(),
             exclusive: 0,
+            meters: Meters::new(prio.half_life_secs),
+            prio,
+            shares: BTreeMap::new(),
+            user_limits: UserLimits::default(),
+            users: Users::default(),
+            clock: 0,
+            totals: (0.0, 0),
         }
+    }
+
+    /// [`Scheduler::new`] with priority settings.
+    pub fn with_priority(
+        machine: Machine,
+        policy: Policy,
+        limits: Limits,
+        prio: PriorityConfig,
+    ) -> Scheduler {
+        let mut s = Scheduler::new(machine, policy, limits);
+        s.set_priority(prio);
+        s
     }
 
     pub fn machine(&self) -> &Machine {
@@ -178,6 +198,7 @@ impl Scheduler {
     pub fn shrink(&mut self) {
         self.pending.shrink_to_fit();
         self.running.shrink_to_fit();
+        self.run_info.shrink_to_fit();
     }
 
     pub fn pending_count(&self) -> usize {
@@ -211,55 +232,48 @@ impl Scheduler {
         validate(req, &self.machine, &self.limits)
     }
 
-    fn rank(&self, d: &Demand) -> u32 {
-        match self.policy {
-            Policy::LargestFirst => u32::MAX - d.devices.count,
-            _ => 0,
-        }
-    }
-
-    /// Queues a validated demand.
+    /// Queues a validated demand of an unknown owner, submitted now: in
+    /// `fifo` mode all there is; see [`Scheduler::enqueue_for`].
     pub fn enqueue(&mut self, id: JobId, demand: Demand) {
-        let rank = self.rank(&demand);
-        let brief = Brief {
-            need: Need::of(&demand),
-            time_limit_secs: demand.time_limit_secs,
+        let sub = Submission {
+            owner: super::priority::Owner::UNKNOWN,
+            nice: 0,
+            submitted_at: self.clock,
         };
-        self.queue.insert((rank, id), brief);
-        self.pending.insert(id, (rank, demand));
+        self.enqueue_for(id, demand, sub);
     }
 
     /// Removes a pending job; false when it was not pending.
     pub fn dequeue(&mut self, id: JobId) -> bool {
         match self.pending.remove(&id) {
-            Some((rank, _)) => self.queue.remove(&(rank, id)).is_some(),
+            Some(q) => {
+                let s = &mut self.users.states[q.user as usize];
+                s.pending = s.pending.saturating_sub(1);
+                self.queue.remove(&q.key).is_some()
+            }
             None => false,
         }
     }
 
     pub fn demand(&self, id: JobId) -> Option<&Demand> {
-        self.pending.get(&id).map(|(_, d)| d)
+        self.pending.get(&id).map(|q| &q.demand)
     }
 
-    /// Records a job that already holds `alloc` (one re-adopted after a restart).
+    /// Records a job of an unknown owner that already holds `alloc` (one
+    /// re-adopted after a restart); see [`Scheduler::adopt_for`].
     pub fn adopt(&mut self, id: JobId, alloc: Allocation, deadline: u64) {
-        // Adopting a running job again replaces its allocation.
-        self.finish(id);
-        self.books.charge(&self.machine, id, &alloc);
-        if alloc.exclusive {
-            self.exclusive += 1;
-        }
-        self.running.insert(id, Running { alloc, deadline });
+        let sub = Submission {
+            owner: super::priority::Owner::UNKNOWN,
+            nice: 0,
+            submitted_at: self.clock,
+        };
+        self.adopt_for(id, alloc, deadline, sub, None);
     }
 
-    /// Releases a running job's resources.
+    /// Releases a running job's resources; its usage is charged up to the
+    /// latest time the scheduler saw (see [`Scheduler::finish_at`]).
     pub fn finish(&mut self, id: JobId) -> Option<Allocation> {
-        let r = self.running.remove(&id)?;
-        self.books.release(&self.machine, id, &r.alloc);
-        if r.alloc.exclusive {
-            self.exclusive -= 1;
-        }
-        Some(r.alloc)
+        self.finish_at(id, self.clock)
     }
 
     /// Changes a running job's deadline (an admin retime).
@@ -280,11 +294,7 @@ impl Scheduler {
         }
         self.policy = policy;
         self.budget = None;
-        self.queue.clear();
-        let old = std::mem::take(&mut self.pending);
-        for (id, (_, d)) in old {
-            self.enqueue(id, d);
-        }
+        self.rekey(true);
     }
 
     pub fn set_limits(&mut self, limits: Limits) {
@@ -332,6 +342,7 @@ impl Scheduler {
     /// One scheduling pass at time `now`: the jobs to start and their
     /// allocations, already charged to the books and counted as running.
     pub fn schedule(&mut self, now: u64) -> Vec<(JobId, Allocation)> {
+        self.clock = self.clock.max(now);
         let mut starts: Vec<(JobId, Allocation)> = Vec::new();
         let mut head: Option<JobId> = None;
         // What jobs after the head may use (backfill policies), and summaries
@@ -344,6 +355,9 @@ impl Scheduler {
         let max_running = self.limits.max_running as usize;
         // Whether the pass stopped before it could tell which job blocks.
         let mut stopped_early = false;
+        // Under the backfill policies the head's owner keeps room under their
+        // limits for the head: their later jobs start only beside it.
+        let mut claim: Option<(u32, Held)> = None;
         for (&(_, id), brief) in &self.queue {
             if self.running.len() >= max_running || free_room.cpus() == 0 {
                 stopped_early = true;
@@ -351,7 +365,21 @@ impl Scheduler {
             }
             // Short jobs under strict-backfill may use everything free; other
             // jobs after the head only the view.
-            let short = shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs) <= s);
+            let short =
+                shadow.is_some_and(|s| now.saturating_add(brief.time_limit_secs as u64) <= s);
+            // A job its owner's limits hold back waits without blocking anyone.
+            let owned = &self.users.states[brief.user as usize].room;
+            let claimed;
+            let mut limits = owned;
+            if limits.limited {
+                if let Some((_, h)) = claim.filter(|(u, _)| *u == brief.user && !short) {
+                    claimed = owned.less(&h);
+                    limits = &claimed;
+                }
+                if !limits.admits(&brief.need) {
+                    continue;
+                }
+            }
             let (avail, room) = match &view {
                 Some((v, r)) if !short => (v, r),
                 _ => (&self.books.free, &free_room),
@@ -368,13 +396,40 @@ impl Scheduler {
                     continue;
                 }
             }
-            let demand = &self.pending[&id].1;
+            let queued = &self.pending[&id];
+            let demand = &queued.demand;
             let shape = Shape::of(demand, short);
             if failed.contains(&shape) {
                 continue;
             }
-            match place(demand, machine, avail) {
+            // An `auto` job whose owner reached the limit of some vendor
+            // tries the others only; what fails there may fit another owner.
+            let barred = match (limits.limited, brief.need.count, brief.need.vendor) {
+                (true, n @ 1.., None) if !demand.exclusive => limits.vendors_over(n),
+                _ => Vec::new(),
+            };
+            let placed = if barred.is_empty() {
+                place(demand, machine, avail)
+            } else {
+                match place_avoiding(demand, machine, avail, &barred) {
+                    Some(r) => r,
+                    None => continue,
+                }
+            };
+            match placed {
                 Ok(alloc) => {
+                    let held = Held::of_alloc(&alloc, machine);
+                    self.users.take(brief.user, &held, machine);
+                    let rate = self.weights.rate(&held);
+                    self.meters.start(id, queued.sub.owner.uid, rate, now);
+                    self.run_info.insert(
+                        id,
+                        RunInfo {
+                            user: brief.user,
+                            sub: queued.sub,
+                            held,
+                        },
+                    );
                     self.books.charge(machine, id, &alloc);
                     free_room = Room::of(&self.books.free, machine);
                     if let Some((v, r)) = view.as_mut() {
@@ -401,7 +456,9 @@ impl Scheduler {
                     // Free resources only shrink during a pass, so this shape
                     // keeps failing, and for the same reason before the head
                     // (the device counts behind a device reason do not change).
-                    failed.insert(shape);
+                    if barred.is_empty() {
+                        failed.insert(shape);
+                    }
                     // A job waiting on devices that are busy outside xlurm,
                     // unknown or disabled holds nothing back: freeing resources
                     // would not help it, so it does not become the head.
@@ -413,6 +470,9 @@ impl Scheduler {
                         continue;
                     }
                     head = Some(id);
+                    if limits.limited && self.policy.backfills() {
+                        claim = Some((brief.user, Held::of_need(&brief.need, machine)));
+                    }
                     match self.policy {
                         Policy::FifoStrict => break,
                         Policy::LargestFirst => {}
@@ -473,6 +533,9 @@ impl Scheduler {
         let now_fit = place(demand, &self.machine, free).err();
         if self.running.len() >= self.limits.max_running as usize {
             return Some(Reason::MaxRunning);
+        }
+        if let Some(hit) = self.limit_hit(id) {
+            return Some(Reason::UserLimit(hit));
         }
         Some(match (self.last.head, now_fit) {
             // Devices busy outside xlurm, unknown or disabled: freeing

@@ -4,8 +4,12 @@
 use super::*;
 
 mod budgets;
+mod estimate;
+mod fairshare;
+mod limits;
 mod placement;
 mod policies;
+mod priority;
 mod regressions;
 mod validation;
 
@@ -79,5 +83,39 @@ fn default_budget_on(topo: Topology) -> impl Fn(u32) -> u64 {
         })
         .unwrap()
         .mem_bytes
+    }
+}
+
+/// `uid` in a group of its own number.
+fn owner(uid: u32) -> Owner {
+    Owner { uid, gid: uid }
+}
+
+/// A scheduler in `fair` priority mode with the default weights.
+fn fair(machine: Machine, policy: Policy) -> Scheduler {
+    Scheduler::with_priority(machine, policy, limits(), PriorityConfig::fair())
+}
+
+/// Submits `r` as job `id` of `uid` at time `at`, nice 0.
+fn submit_as(s: &mut Scheduler, id: JobId, r: Request, uid: u32, at: u64) {
+    submit_nice(s, id, r, uid, at, 0);
+}
+
+fn submit_nice(s: &mut Scheduler, id: JobId, r: Request, uid: u32, at: u64, nice: i32) {
+    let d = s.validate(&r).expect("valid request");
+    let sub = Submission {
+        owner: owner(uid),
+        nice,
+        submitted_at: at,
+    };
+    s.enqueue_for(id, d, sub);
+}
+
+/// A ledger valued at `at` with the given usages (no decay).
+fn ledger(at: u64, usages: &[(u32, f64)]) -> UsageLedger {
+    UsageLedger {
+        at,
+        half_life_secs: 0,
+        users: usages.iter().copied().collect(),
     }
 }

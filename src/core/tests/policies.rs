@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn example(policy: Policy, limit: impl Fn(JobId) -> u64) -> Scheduler {
+pub(super) fn example(policy: Policy, limit: impl Fn(JobId) -> u64) -> Scheduler {
     let m = Machine::new(
         Topology::single(16, 64 * GIB),
         gpus(Vendor::Nv, 4, |_| Some(0)),
