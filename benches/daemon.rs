@@ -71,6 +71,8 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
             max_lifetime_secs: 3600,
             min_job_mem: 1 << 20,
         },
+        priority: xlurm::core::PriorityConfig::default(),
+        user_limits: xlurm::core::UserLimits::default(),
         state_dir,
         settings_user_mode: false,
         slice: "xlurm.slice".into(),

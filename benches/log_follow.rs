@@ -70,6 +70,8 @@ async fn main() {
             max_lifetime_secs: 3600,
             min_job_mem: 1 << 20,
         },
+        priority: xlurm::core::PriorityConfig::default(),
+        user_limits: xlurm::core::UserLimits::default(),
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),

@@ -64,6 +64,8 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
             max_lifetime_secs: 3600,
             min_job_mem: 64 << 20,
         },
+        priority: xlurm::core::PriorityConfig::default(),
+        user_limits: xlurm::core::UserLimits::default(),
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),

@@ -41,6 +41,8 @@ async fn env() -> Env {
             max_lifetime_secs: 3600,
             min_job_mem: 64 << 20,
         },
+        priority: xlurm::core::PriorityConfig::default(),
+        user_limits: xlurm::core::UserLimits::default(),
         state_dir: state.path().to_path_buf(),
         settings_user_mode: false,
         slice: "xlurm.slice".into(),

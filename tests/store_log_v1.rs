@@ -113,6 +113,8 @@ impl Rec {
             demand: self.demand,
             submit_usec: self.submit_usec,
             output: self.output,
+            nice: 0,
+            gid: u32::MAX,
             stage,
         }
     }

@@ -1,4 +1,5 @@
-//! The admin verbs: `xlurm policy`, `max-running`, `exclude` and `include`.
+//! The admin verbs: `xlurm policy`, `max-running`, `exclude`, `include`,
+//! `limits`; and `xlurm share`, which every user may run.
 
 use super::client::{connect, explain, get_str, Dict};
 use anyhow::{anyhow, bail, Result};
@@ -61,5 +62,73 @@ pub(super) async fn set_disabled(list: &str, disabled: bool, user: bool) -> Resu
         "{vendor} devices {} {what}",
         ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
     );
+    Ok(0)
+}
+
+/// `xlurm share [--json]`: fair share per user (like `sshare`).
+pub(super) async fn share(json: bool, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    let rows = p.get_shares().await.map_err(|e| explain(e, user))?;
+    let num = |d: &Dict, k: &str| super::client::get::<f64>(d, k).unwrap_or(0.0);
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "uid": super::client::get::<u32>(d, "uid").unwrap_or(0),
+                    "user": get_str(d, "user"),
+                    "shares": super::client::get::<u32>(d, "shares").unwrap_or(0),
+                    "norm_shares": num(d, "norm_shares"),
+                    "usage": num(d, "usage"),
+                    "effective_usage": num(d, "effective_usage"),
+                    "fair_share": num(d, "fair_share"),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(list));
+        return Ok(0);
+    }
+    println!(
+        "{:<16} {:>6} {:>10} {:>14} {:>10} {:>10}",
+        "USER", "SHARES", "NORM", "USAGE(s)", "EFFECTIVE", "FAIRSHARE"
+    );
+    for d in &rows {
+        println!(
+            "{:<16} {:>6} {:>10.4} {:>14.0} {:>10.4} {:>10.4}",
+            get_str(d, "user"),
+            super::client::get::<u32>(d, "shares").unwrap_or(0),
+            num(d, "norm_shares"),
+            num(d, "usage"),
+            num(d, "effective_usage"),
+            num(d, "fair_share"),
+        );
+    }
+    Ok(0)
+}
+
+/// `xlurm limits [--set FILE]`: shows the limits, or replaces them (admin).
+pub(super) async fn limits(set: Option<&str>, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    match set {
+        None => {
+            println!(
+                "{}",
+                p.get_user_limits().await.map_err(|e| explain(e, user))?
+            );
+        }
+        Some(path) => {
+            let text = if path == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+                s
+            } else {
+                std::fs::read_to_string(path).map_err(|e| anyhow!("reading {path}: {e}"))?
+            };
+            p.set_user_limits(&text)
+                .await
+                .map_err(|e| explain(e, user))?;
+            println!("limits set");
+        }
+    }
     Ok(0)
 }

@@ -42,6 +42,17 @@ pub enum Command {
     Exclude { devices: String },
     /// Give excluded devices back to jobs (admin).
     Include { devices: String },
+    /// Fair share per user: shares, decayed usage, fair-share factor (like sshare).
+    Share {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the per-user limits, or replace them live (admin) with --set FILE (JSON; - for stdin).
+    Limits {
+        #[arg(long, value_name = "FILE")]
+        set: Option<String>,
+    },
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -77,6 +88,9 @@ pub struct ResourceArgs {
     /// Job name (default: the command's name).
     #[arg(short = 'n', long)]
     pub name: Option<String>,
+    /// Lower the job's priority by N (only root may give a negative N).
+    #[arg(long, allow_negative_numbers = true)]
+    pub nice: Option<i32>,
     /// Start the job with a clean environment instead of forwarding yours.
     #[arg(long = "clean-env")]
     pub clean_env: bool,

@@ -26,6 +26,9 @@ pub trait Scheduler {
         max_lines: u32,
     ) -> zbus::Result<(Vec<String>, String, String, u64)>;
     fn set_policy(&self, policy: &str) -> zbus::Result<()>;
+    fn get_shares(&self) -> zbus::Result<Vec<Dict>>;
+    fn get_user_limits(&self) -> zbus::Result<String>;
+    fn set_user_limits(&self, limits: &str) -> zbus::Result<()>;
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
     fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)
         -> zbus::Result<()>;

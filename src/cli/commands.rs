@@ -1,6 +1,6 @@
 //! The CLI's verbs, one file each; `main` runs the one asked for.
 
-use super::admin::{set_disabled, set_max_running, set_policy};
+use super::admin::{limits, set_disabled, set_max_running, set_policy, share};
 use super::batch::batch;
 use super::cancel::cancel;
 use super::info::info;
@@ -36,5 +36,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::MaxRunning { max_running } => set_max_running(max_running, user).await,
         Command::Exclude { devices } => set_disabled(&devices, true, user).await,
         Command::Include { devices } => set_disabled(&devices, false, user).await,
+        Command::Share { json } => share(json, user).await,
+        Command::Limits { set } => limits(set.as_deref(), user).await,
     }
 }

@@ -129,6 +129,32 @@ fn job_text(job: &Dict) -> String {
     if !reason.is_empty() {
         line("Reason", reason);
     }
+    if let Some(p) = get::<i64>(job, "priority") {
+        let f = |k| get::<f64>(job, k).unwrap_or(0.0);
+        let nice = get::<i32>(job, "nice").unwrap_or(0);
+        line(
+            "Priority",
+            format!(
+                "{p} (fair share {:.3}, age {:.3}, nice {nice})",
+                f("fairshare"),
+                f("age")
+            ),
+        );
+    }
+    if let Some(at) = get::<u64>(job, "estimated_start") {
+        let why = get_str(job, "estimate");
+        line(
+            "EstStart",
+            if at == 0 {
+                why
+            } else {
+                format!(
+                    "{} ({why})",
+                    crate::cli::format::local_time(at * 1_000_000, false)
+                )
+            },
+        );
+    }
     if let Some(argv) = get::<Vec<String>>(job, "argv") {
         line("Command", argv.join(" "));
         line("WorkDir", get_str(job, "cwd"));

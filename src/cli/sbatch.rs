@@ -34,6 +34,7 @@ const SBATCH_VALUED: &[&str] = &[
 /// next word as its value unless that word starts with `-`.
 const SBATCH_FLAGS: &[&str] = &[
     "--exclusive",
+    "--nice",
     "--contiguous",
     "--get-user-env",
     "-H",
@@ -133,7 +134,6 @@ const SBATCH_IGNORED: &[&str] = &[
     "--no-kill",
     "-k",
     "--no-requeue",
-    "--nice",
     "--priority",
     "--time-min",
     "--delay-boot",
@@ -437,6 +437,15 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                         }
                     }
                 }
+                // Slurm's --nice without a value is 100.
+                "--nice" => {
+                    let n = if v.is_empty() {
+                        Ok(100)
+                    } else {
+                        v.parse::<i32>()
+                    };
+                    from_script.nice = Some(n.map_err(|_| bad("--nice takes a whole number"))?);
+                }
                 "--job-name" | "-J" if v.is_empty() => return Err(bad("the job name is empty")),
                 "--job-name" | "-J" => from_script.name = Some(v.to_string()),
                 "--output" | "-o" if v.is_empty() => return Err(bad("the file name is empty")),
@@ -480,6 +489,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
     }
     res.time_limit = res.time_limit.take().or(from_script.time_limit);
     res.name = res.name.take().or(from_script.name);
+    res.nice = res.nice.or(from_script.nice);
     res.exclusive |= from_script.exclusive;
     res.output = res.output.take().or(from_script.output);
     Ok(warnings)

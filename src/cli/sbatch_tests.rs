@@ -151,6 +151,7 @@ fn sbatch_slurm_only_options_are_warned_about_with_their_values() {
         "the value of an unknown option is not taken for an option"
     );
     assert!(!res.exclusive, "--exclusive=user is not --exclusive");
+    assert_eq!(res.nice, Some(5), "--nice is honoured");
     let ignored: Vec<&str> = w
         .iter()
         .map(|w| {
@@ -171,7 +172,6 @@ fn sbatch_slurm_only_options_are_warned_about_with_their_values() {
             "--exclusive=user",
             "--mail-user=a@b",
             "-p x",
-            "--nice=5",
         ]
     );
     // Forms of directives that change nothing here are taken silently.

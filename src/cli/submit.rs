@@ -150,6 +150,9 @@ pub(super) fn spec_from(
             parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?,
         ));
     }
+    if let Some(n) = res.nice {
+        add(entry("nice", n));
+    }
     Ok(d)
 }
 

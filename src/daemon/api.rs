@@ -33,7 +33,11 @@ pub struct SchedulerApi {
     pub audience: Arc<Audience>,
 }
 
-fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
+fn wire_now() -> u64 {
+    crate::wire::time::now_usec() / 1_000_000
+}
+
+pub(crate) fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
     if let Ok(v) = OwnedVariant::try_from(v.into()) {
         m.insert(key.to_string(), v);
     }
@@ -358,7 +362,68 @@ impl SchedulerApi {
         if own && !job.state().is_final() {
             self.listen(&hdr, id);
         }
-        Ok(job_dict(&job, reason, own))
+        let mut m = job_dict(&job, reason, own);
+        super::fairness::put_schedule(&mut m, &job, &st.sched);
+        Ok(m)
+    }
+
+    /// Fair share per user with usage or jobs (as `sshare`): `uid`, `user`,
+    /// `shares`, `norm_shares`, `usage` (decayed resource-seconds),
+    /// `effective_usage`, `fair_share` (0..1). On a private queue a user
+    /// sees their own line only.
+    #[zbus(out_args("shares"))]
+    async fn get_shares(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<Dict>, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let public = self.daemon.settings.list_is_public || uid == 0;
+        let rows = self
+            .daemon
+            .state
+            .lock()
+            .await
+            .sched
+            .share_report(wire_now());
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|r| public || r.uid == uid)
+            .collect();
+        // Names come from NSS, which may block: off the event loop.
+        tokio::task::spawn_blocking(move || super::fairness::shares(rows))
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))
+    }
+
+    /// The per-user limits in force, as JSON (see the admin guide).
+    #[zbus(out_args("limits"))]
+    async fn get_user_limits(&self) -> Result<String, ApiError> {
+        let st = self.daemon.state.lock().await;
+        serde_json::to_string_pretty(st.sched.user_limits())
+            .map_err(|e| ApiError::Failed(e.to_string()))
+    }
+
+    /// Replaces the per-user limits, live (admin): JSON as `GetUserLimits`
+    /// gives; kept in the state directory, which then wins over
+    /// `--user-limits`. Jobs running keep running; waiting ones are held to
+    /// the new limits at the next pass.
+    async fn set_user_limits(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        limits: &str,
+    ) -> Result<(), ApiError> {
+        let limits = super::fairness::parse_user_limits(limits).map_err(ApiError::InvalidArgs)?;
+        self.require_admin(conn, &hdr, "changing user limits")
+            .await?;
+        let mut st = self.daemon.state.lock().await;
+        super::fairness::save_user_limits(st.store.dir(), &limits)
+            .map_err(|e| ApiError::Failed(format!("keeping the limits: {e:#}")))?;
+        st.sched.set_user_limits(limits);
+        drop(st);
+        self.daemon.kick.notify_one();
+        Ok(())
     }
 
     /// Jobs, oldest first, at most 8 MiB of them: `more` says that older

@@ -3,6 +3,7 @@
 pub mod api;
 pub mod as_user;
 pub mod audience;
+pub mod fairness;
 pub mod job;
 pub mod job_object;
 pub mod journal;

@@ -17,6 +17,18 @@ pub struct Options {
     /// Scheduling policy: fifo-strict, easy-backfill, strict-backfill, largest-first.
     #[arg(long, default_value = "easy-backfill")]
     pub policy: String,
+    /// The order the policy serves pending jobs in: fair (fair share, age and
+    /// nice, as Slurm's multifactor priority) or fifo (submission order).
+    #[arg(long, default_value = "fair")]
+    pub priority: String,
+    /// Half-life of the usage fair share counts (seconds or 7d, 12h; 0: no decay).
+    #[arg(long, default_value = "7d")]
+    pub fairshare_half_life: String,
+    /// Per-user, per-group and default limits (JSON, see the admin guide); a
+    /// missing file means none. `xlurm limits --set` changes them live and
+    /// keeps them in the state directory, which then wins over this file.
+    #[arg(long, default_value = "/etc/xlurm/limits.json")]
+    pub user_limits: PathBuf,
     /// Most jobs running at once.
     #[arg(long, default_value_t = 32)]
     pub max_running: u32,

@@ -158,6 +158,8 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         .parse()
         .map_err(|e| Refusal(format!("--policy: {e}")))?;
     let limits = limits(&o)?;
+    let priority = super::fairness::priority_config(&o)?;
+    let user_limits = super::fairness::read_user_limits(&o.user_limits)?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
     let cancel_grace = cancel_grace(&o.cancel_grace)?;
@@ -244,6 +246,8 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         accel: selection.active,
         policy,
         limits,
+        priority,
+        user_limits,
         state_dir,
         settings_user_mode: o.user,
         slice: o.slice.clone(),
@@ -308,6 +312,11 @@ pub struct ServeConfig {
     pub accel: Vec<crate::accel::Active>,
     pub policy: Policy,
     pub limits: Limits,
+    /// The order pending jobs are served in (`--priority`, `--fairshare-half-life`).
+    pub priority: crate::core::PriorityConfig,
+    /// Per-user limits (`--user-limits`); those set live and kept in the
+    /// state directory win.
+    pub user_limits: crate::core::UserLimits,
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
     pub slice: String,
@@ -378,7 +387,20 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     if let Some(w) = &loaded.warning {
         tracing::error!("{w}");
     }
-    let sched = Scheduler::new(cfg.machine, cfg.policy, cfg.limits);
+    let mut sched = Scheduler::with_priority(cfg.machine, cfg.policy, cfg.limits, cfg.priority);
+    // Limits set live (kept in the state directory) win over the file's.
+    let user_limits = match super::fairness::load_user_limits(&cfg.state_dir) {
+        Ok(Some(l)) => l,
+        Ok(None) => cfg.user_limits,
+        Err(e) => return Err(Refusal(format!("{e:#} (fix or remove it)"))),
+    };
+    sched.set_user_limits(user_limits);
+    match super::fairness::load_usage(&cfg.state_dir) {
+        Ok(Some(ledger)) => sched.restore_usage(ledger),
+        Ok(None) => {}
+        // Usage only orders the queue: start without it rather than not at all.
+        Err(e) => tracing::error!("{e:#}; fair share starts from no usage"),
+    }
     let settings = Settings {
         unit: UnitSettings {
             slice: cfg.slice.clone(),

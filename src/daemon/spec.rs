@@ -28,6 +28,9 @@ pub struct Spec {
     pub env: Option<Vec<String>>,
     pub name: String,
     pub request: Request,
+    /// `--nice`: positive lowers the job's priority (checked against the
+    /// caller at submission: `core::priority::check_nice`).
+    pub nice: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -208,6 +211,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         env: if clean_env { None } else { env },
         name,
         request,
+        nice: r.get("nice")?.unwrap_or(0),
     })
 }
 

@@ -408,6 +408,11 @@ impl Store {
         Ok(true)
     }
 
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn script_dir(&self) -> PathBuf {
         self.dir.join("scripts")
     }

@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 15] = [
+pub const KEYS: [(&str, &str); 16] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -21,6 +21,7 @@ pub const KEYS: [(&str, &str); 15] = [
     ("numa_local", "b"),
     ("time_limit", "t"),
     ("clean_env", "b"),
+    ("nice", "i"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

@@ -109,6 +109,11 @@ pub struct Job {
     pub submit_usec: u64,
     /// `--output`: where the job's output is also copied (see `daemon::output`).
     pub output: Option<OutputCopy>,
+    /// `--nice`: positive lowers its priority (see `core::priority`).
+    pub nice: i32,
+    /// Its owner's primary group when submitted (for group limits);
+    /// `u32::MAX` when not known (records written before it was kept).
+    pub gid: u32,
     pub stage: Stage,
 }
 
@@ -217,7 +222,21 @@ impl Job {
             demand,
             submit_usec,
             output,
+            nice: 0,
+            gid: u32::MAX,
             stage: Stage::Pending(Waiting::default()),
+        }
+    }
+
+    /// What the scheduler keeps of its submission besides its demand.
+    pub fn submission(&self) -> crate::core::Submission {
+        crate::core::Submission {
+            owner: crate::core::Owner {
+                uid: self.uid,
+                gid: self.gid,
+            },
+            nice: self.nice,
+            submitted_at: self.submit_usec / 1_000_000,
         }
     }
 

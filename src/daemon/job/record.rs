@@ -30,6 +30,10 @@ struct Out<'a> {
     output: Option<&'a OutputCopy>,
     #[serde(skip_serializing_if = "is_zero")]
     relaunches: u8,
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    nice: i32,
+    #[serde(skip_serializing_if = "is_unknown_gid")]
+    gid: u32,
 }
 
 /// A record as read.
@@ -53,10 +57,26 @@ pub(super) struct In {
     output: Option<OutputCopy>,
     #[serde(default)]
     relaunches: u8,
+    #[serde(default)]
+    nice: i32,
+    #[serde(default = "unknown_gid")]
+    gid: u32,
 }
 
 fn is_zero(n: &u8) -> bool {
     *n == 0
+}
+
+fn is_zero_i32(n: &i32) -> bool {
+    *n == 0
+}
+
+fn unknown_gid() -> u32 {
+    u32::MAX
+}
+
+fn is_unknown_gid(g: &u32) -> bool {
+    *g == u32::MAX
 }
 
 impl Serialize for Job {
@@ -88,6 +108,8 @@ impl Serialize for Job {
             cancel_requested_by: self.cancel_requested_by(),
             output: self.output.as_ref(),
             relaunches: self.relaunches(),
+            nice: self.nice,
+            gid: self.gid,
         }
         .serialize(s)
     }
@@ -131,6 +153,8 @@ impl TryFrom<In> for Job {
             demand: r.demand,
             submit_usec: r.submit_usec,
             output: r.output,
+            nice: r.nice,
+            gid: r.gid,
             stage,
         })
     }

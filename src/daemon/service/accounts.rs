@@ -37,12 +37,14 @@ impl<V: Clone> Recent<V> {
     }
 }
 
-pub(super) fn user_name(uid: u32) -> String {
+/// The name and primary group of `uid` (its number and an unknown group,
+/// `u32::MAX`, when the account cannot be read).
+pub(super) fn user_name(uid: u32) -> (String, u32) {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
+        .map(|u| (u.name, u.gid.as_raw()))
+        .unwrap_or_else(|| (uid.to_string(), u32::MAX))
 }
 
 /// The submitter's user, primary group and supplementary groups, resolved now.

@@ -14,6 +14,7 @@ impl<U: Units> Daemon<U> {
             return;
         }
         let now = now_usec();
+        st.reprioritize(now / 1_000_000, false);
         let starts = st.sched.schedule(now / 1_000_000);
         if starts.is_empty() {
             // Ends appended since the last sync would otherwise wait for the
@@ -39,10 +40,9 @@ impl<U: Units> Daemon<U> {
                 Ok(None) => {}
                 Err(e) => {
                     tracing::error!("job {id}: reading its record to start it: {e:#}; it waits");
-                    st.sched.finish(id);
                     if let Some(j) = st.jobs.get(&id) {
                         let demand = j.demand.clone();
-                        st.sched.enqueue(id, demand);
+                        st.sched.put_back(id, demand);
                     }
                 }
             }
@@ -51,8 +51,7 @@ impl<U: Units> Daemon<U> {
         if let Err(e) = st.store.save(started.iter()) {
             tracing::error!("recording started jobs failed, putting them back: {e:#}");
             for j in &started {
-                st.sched.finish(j.id);
-                st.sched.enqueue(j.id, j.demand.clone());
+                st.sched.put_back(j.id, j.demand.clone());
             }
             return;
         }

@@ -59,7 +59,15 @@ impl<U: Units> Daemon<U> {
                         let mut st = self.state.lock().await;
                         if let Some(run) = job.run() {
                             let deadline = run.start_usec / 1_000_000 + job.demand.time_limit_secs;
-                            st.sched.adopt(job.id, run.alloc.clone(), deadline);
+                            let started = run.start_usec / 1_000_000;
+                            let sub = job.submission();
+                            st.sched.adopt_for(
+                                job.id,
+                                run.alloc.clone(),
+                                deadline,
+                                sub,
+                                Some(started),
+                            );
                         }
                     }
                     tracing::info!(job = job.id, "job {} re-adopted ({})", job.id, job.unit());
@@ -124,6 +132,13 @@ impl<U: Units> Daemon<U> {
             st.retire(id);
         }
         st.trim();
+        // Fair share: running jobs charged up to now, the queue reordered,
+        // the ledger kept (a few bytes per user).
+        st.reprioritize(now / 1_000_000, true);
+        if let Err(e) = crate::daemon::fairness::save_usage(st.store.dir(), st.sched.usage()) {
+            tracing::warn!("saving fair-share usage: {e:#}");
+        }
+        self.kick.notify_one();
         let next = st.next_id;
         if st.store.save_next_id(next).is_ok() {
             if let Err(e) = st.store.maybe_compact() {

@@ -53,7 +53,8 @@ impl<U: Units> Daemon<U> {
         // unit, kept uncollected, holds the end for the next start.
         let job = job.ended(state, outcome, now_usec());
         st.jobs.insert(id, job.clone());
-        st.sched.finish(id);
+        // Charged to its owner's fair-share usage up to now.
+        st.sched.finish_at(id, now_usec() / 1_000_000);
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the

@@ -17,7 +17,14 @@ pub struct State {
     pub(super) usage: HashMap<u32, crate::core::Usage>,
     /// Jobs retired since memory was last given back (see `State::trim`).
     pub(super) retired: usize,
+    /// When priorities were last brought up to date (seconds).
+    reprioritized_at: u64,
 }
+
+/// How often a scheduling pass brings priorities up to date with usage
+/// (running jobs charged so far, ended ones): the keys of a long queue are
+/// recomputed in about 10 ms per 100,000 jobs, so not at every pass.
+pub const REPRIORITIZE_EVERY_SECS: u64 = 5;
 
 /// Jobs in full and in brief, each in ID order, merged into one order;
 /// `first(a, b)`: whether ID `a` comes before ID `b`.
@@ -82,7 +89,7 @@ impl State {
             .filter(|j| j.state() == JobState::Pending)
         {
             usage.entry(j.uid).or_default().add(j.usage());
-            sched.enqueue(j.id, j.demand.clone());
+            sched.enqueue_for(j.id, j.demand.clone(), j.submission());
             j.detach();
         }
         State {
@@ -94,6 +101,16 @@ impl State {
             next_id: loaded.next_id,
             usage,
             retired: 0,
+            reprioritized_at: 0,
+        }
+    }
+
+    /// Brings priorities up to date at `now` (seconds) if the last time
+    /// was [`REPRIORITIZE_EVERY_SECS`] ago or more, or `force`.
+    pub fn reprioritize(&mut self, now: u64, force: bool) {
+        if force || now.saturating_sub(self.reprioritized_at) >= REPRIORITIZE_EVERY_SECS {
+            self.sched.reprioritize(now);
+            self.reprioritized_at = now;
         }
     }
 

@@ -34,17 +34,29 @@ impl<U: Units> Daemon<U> {
         }
         // With the submitter's rights, once per directory, before the state lock.
         self.workdirs.check_specs(uid, &specs).await?;
-        let user = user_name(uid);
+        let (user, gid) = user_name(uid);
+        let owner = crate::core::Owner { uid, gid };
         let mut st = self.state.lock().await;
         let mut demands = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
-            let d = st.sched.validate(&spec.request).map_err(|e| {
-                ApiError::InvalidRequest(if specs.len() > 1 {
+            let which = |e: String| {
+                if specs.len() > 1 {
                     format!("job {}: {e}", i + 1)
                 } else {
-                    e.to_string()
-                })
-            })?;
+                    e
+                }
+            };
+            // Users may only lower their own priority; root may raise it.
+            crate::core::priority::check_nice(spec.nice, uid == 0)
+                .map_err(|e| ApiError::InvalidArgs(which(e.to_string())))?;
+            let d = st
+                .sched
+                .validate(&spec.request)
+                .map_err(|e| ApiError::InvalidRequest(which(e.to_string())))?;
+            // A request its owner's limits can never let run is refused now.
+            st.sched
+                .check_submit(owner, &d)
+                .map_err(|e| ApiError::LimitExceeded(which(format!("{user} {e}"))))?;
             demands.push(d);
         }
         let now = now_usec();
@@ -70,10 +82,18 @@ impl<U: Units> Daemon<U> {
                     path: path.clone(),
                     ..Default::default()
                 });
-            let owner = (uid, user.clone());
-            new_jobs.push(Job::pending(
-                id, spec.name, owner, command, demand, now, copy,
-            ));
+            let mut job = Job::pending(
+                id,
+                spec.name,
+                (uid, user.clone()),
+                command,
+                demand,
+                now,
+                copy,
+            );
+            job.nice = spec.nice;
+            job.gid = gid;
+            new_jobs.push(job);
         }
         let mut adding = crate::core::Usage::default();
         for j in &new_jobs {
@@ -93,7 +113,8 @@ impl<U: Units> Daemon<U> {
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
         let mut output_fd = output.map(|(fd, _)| fd);
         for mut job in new_jobs {
-            st.sched.enqueue(job.id, job.demand.clone());
+            st.sched
+                .enqueue_for(job.id, job.demand.clone(), job.submission());
             st.pending_added(&job);
             // On disk now: memory keeps what waiting needs.
             job.detach();

@@ -24,6 +24,17 @@ async fn daemon_with(
     units: MemoryUnits,
     tweak: impl FnOnce(&mut Settings),
 ) -> (Arc<Daemon<MemoryUnits>>, Changes) {
+    daemon_built(dir, units, tweak, |_| {}).await
+}
+
+/// `daemon_with`, its scheduler also changed by `sched_tweak` before it
+/// takes the jobs loaded.
+async fn daemon_built(
+    dir: &std::path::Path,
+    units: MemoryUnits,
+    tweak: impl FnOnce(&mut Settings),
+    sched_tweak: impl FnOnce(&mut Scheduler),
+) -> (Arc<Daemon<MemoryUnits>>, Changes) {
     let (store, loaded) = Store::open(dir).unwrap();
     let machine = Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]);
     let limits = Limits {
@@ -31,7 +42,8 @@ async fn daemon_with(
         max_lifetime_secs: 3600,
         min_job_mem: 64 << 20,
     };
-    let sched = Scheduler::new(machine, Policy::FifoStrict, limits);
+    let mut sched = Scheduler::new(machine, Policy::FifoStrict, limits);
+    sched_tweak(&mut sched);
     let settings = Settings {
         unit: UnitSettings {
             slice: "xlurm.slice".into(),
@@ -414,3 +426,4 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
 
 mod access;
 mod budgets;
+mod fairness;
