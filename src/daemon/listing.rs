@@ -164,40 +164,36 @@ fn newest<'a>(st: &'a State, uid: u32, f: &'a Filter) -> impl Iterator<Item = (J
 
 /// Builds the lines of `jobs` on the fly, borrowing from the records, and
 /// gives each to `emit` until it says stop. A pending job's reason and
-/// requested devices depend only on its demand (and whether it is the head),
-/// so consecutive jobs with the same demand (an array, a batch) share the
-/// last ones worked out.
+/// requested devices depend only on its demand, its owner (their limits)
+/// and whether it is the head, so consecutive pending jobs of one owner with
+/// the same demand (an array, a batch) share the last ones worked out.
 fn lines<'a>(
     st: &'a State,
     jobs: impl Iterator<Item = (JobId, Found<'a>)>,
     mut emit: impl FnMut(&Line<'_>) -> bool,
 ) {
     let head = st.sched.head();
-    let mut memo: Option<(&Demand, bool, String, String)> = None;
+    let mut memo: Option<(&Demand, bool, u32, String, String)> = None;
     for (id, j) in jobs {
+        let scratch: String;
         let line = match j {
             Found::Full(job) => {
                 let is_head = head == Some(id);
-                let known =
-                    matches!(&memo, Some((d, h, _, _)) if *d == &job.demand && *h == is_head);
-                if !known {
-                    let reason = match job.state() {
-                        JobState::Pending => st
-                            .sched
-                            .reason(id)
-                            .map(|r| r.to_string())
-                            .unwrap_or_default(),
-                        _ => String::new(),
-                    };
-                    memo = Some((&job.demand, is_head, reason, job.devices_requested()));
-                }
-                let (_, _, reason, requested) = memo.as_ref().expect("just set");
-                let reason = if job.state() == JobState::Pending {
-                    reason.as_str()
+                if job.state() == JobState::Pending {
+                    let known = matches!(&memo, Some((d, h, u, _, _))
+                        if *d == &job.demand && *h == is_head && *u == job.uid);
+                    if !known {
+                        let reason = st.sched.reason(id).map(|r| r.to_string());
+                        let requested = job.devices_requested();
+                        let key = (&job.demand, is_head, job.uid);
+                        memo = Some((key.0, key.1, key.2, reason.unwrap_or_default(), requested));
+                    }
+                    let (_, _, _, reason, requested) = memo.as_ref().expect("just set");
+                    job_line(job, reason, requested)
                 } else {
-                    ""
-                };
-                job_line(job, reason, requested)
+                    scratch = job.devices_requested();
+                    job_line(job, "", &scratch)
+                }
             }
             Found::Brief(b) => brief_line(id, b),
         };

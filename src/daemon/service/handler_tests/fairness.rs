@@ -115,6 +115,28 @@ async fn a_user_who_ran_nothing_passes_one_who_did_and_limits_hold_only_their_ow
         "{reason}"
     );
     assert_eq!(st.jobs[&bob2].state(), JobState::Pending);
+    // The queue shows it too, whatever the line before it with the same
+    // demand says (alice's fourth, pending, waits for CPUs; her third runs).
+    let filter = [entry("all_users", true)].into_iter().collect();
+    let all = crate::daemon::listing::Filter::parse(&filter).unwrap();
+    let (lines, _) = crate::daemon::listing::collect(&st, 0, &all, 1 << 20);
+    let shown = |id: JobId| {
+        lines
+            .iter()
+            .find(|l| l.id == id)
+            .map(|l| l.reason.to_string())
+    };
+    assert_eq!(shown(bob2), Some(reason));
+    let fourth = shown(alice[3]).unwrap_or_default();
+    assert!(
+        !fourth.is_empty() && !fourth.starts_with("UserLimit"),
+        "{fourth}"
+    );
+    assert_eq!(
+        shown(alice[2]),
+        Some(String::new()),
+        "a running job has no reason"
+    );
 }
 
 #[tokio::test]
