@@ -142,6 +142,9 @@ pub struct QueueArgs {
     /// With --log: follow the output until the job ends.
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// Pending jobs in priority order with their estimated start (like `squeue --start`).
+    #[arg(long, conflicts_with_all = ["id", "all", "log", "follow"])]
+    pub start: bool,
     /// Cancel jobs instead (the same as `xcancel ID...`).
     #[arg(long, value_name = "ID", num_args = 1..,
           conflicts_with_all = ["id", "all", "mine", "limit", "json", "log", "follow"])]

@@ -28,6 +28,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
                 json: a.json,
                 log: false,
                 follow: false,
+                start: false,
                 cancel: Vec::new(),
             };
             queue(q, user).await

@@ -40,6 +40,10 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     filter.insert(k, v);
     let (k, v) = entry("finished", a.all);
     filter.insert(k, v);
+    if a.start {
+        let (k, v) = entry("states", vec!["PENDING".to_string()]);
+        filter.insert(k, v);
+    }
     match a.limit.unwrap_or(if a.all { 1000 } else { 100 }) {
         0 => {}
         n => {
@@ -54,6 +58,9 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
         .map_err(|e| explain(e, user))?;
     let listing = crate::wire::queue::read_fd(fd.into())?;
     let jobs = listing.lines()?;
+    if a.start {
+        return starts(&p, &jobs, a.json).await;
+    }
     if a.json {
         emit(&json_text(&jobs)?)?;
         return Ok(0);
@@ -111,6 +118,81 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
         );
     }
     out
+}
+
+/// `xqueue --start`: each pending job's priority and estimated start (one
+/// `GetJob` each), highest priority first.
+async fn starts(
+    p: &super::client::SchedulerProxy<'_>,
+    jobs: &[Line<'_>],
+    json: bool,
+) -> Result<i32> {
+    let mut rows = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        // A job that started or ended meanwhile is left out.
+        let Ok(d) = p.get_job(j.id).await else {
+            continue;
+        };
+        if get_str(&d, "state") != "PENDING" {
+            continue;
+        }
+        rows.push(d);
+    }
+    let prio = |d: &Dict| get::<i64>(d, "priority").unwrap_or(i64::MIN);
+    rows.sort_by_key(|d| (std::cmp::Reverse(prio(d)), get::<u64>(d, "id")));
+    if json {
+        let keys = [
+            "id",
+            "user",
+            "name",
+            "priority",
+            "estimated_start",
+            "estimate",
+            "reason",
+        ];
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|d| {
+                let full = dict_to_json(d);
+                let picked = keys
+                    .iter()
+                    .filter_map(|k| Some((k.to_string(), full.get(*k)?.clone())))
+                    .collect::<serde_json::Map<_, _>>();
+                serde_json::Value::Object(picked)
+            })
+            .collect();
+        emit(&json_text(&list)?)?;
+        return Ok(0);
+    }
+    let mut out = format!(
+        "{:>6} {:<10} {:<16} {:>9} {:<20} {}\n",
+        "ID", "USER", "NAME", "PRIORITY", "START (est.)", "REASON"
+    );
+    for d in &rows {
+        let at = get::<u64>(d, "estimated_start").unwrap_or(0);
+        let start = if at == 0 {
+            "N/A".to_string()
+        } else {
+            local_time(at * 1_000_000, false)
+        };
+        let mut name = get_str(d, "name");
+        name.truncate(16);
+        out.push_str(&format!(
+            "{:>6} {:<10} {:<16} {:>9} {:<20} {}\n",
+            get::<u64>(d, "id").unwrap_or(0),
+            get_str(d, "user"),
+            name,
+            prio(d).max(0),
+            start,
+            if at == 0 {
+                get_str(d, "estimate")
+            } else {
+                get_str(d, "reason")
+            }
+        ));
+    }
+    emit(&out)?;
+    Ok(0)
 }
 
 /// `xqueue ID`'s text: one "Key: value" line per known field.

@@ -97,12 +97,15 @@ pub fn put_schedule(
         put(m, "age", p.age);
     }
     if let Some(e) = sched.estimated_start(job.id, now) {
-        let at = match &e {
-            crate::core::estimate::Estimate::At { time } => *time,
-            crate::core::estimate::Estimate::Unknown(_) => 0,
+        let (at, why) = match &e {
+            crate::core::estimate::Estimate::At { time } => (
+                *time,
+                "from running jobs' time limits and the jobs ahead".to_string(),
+            ),
+            crate::core::estimate::Estimate::Unknown(_) => (0, e.to_string()),
         };
         put(m, "estimated_start", at);
-        put(m, "estimate", e.to_string());
+        put(m, "estimate", why);
     }
 }
 

@@ -38,6 +38,10 @@ note "alice: $a1 $a2 $a3 $a4; bob: $b1"
 est4=$(field "$a4" estimated_start)
 note "alice's fourth: estimated start $est4 ($(field "$a4" estimate))"
 [ "${est4:-0}" -gt 0 ] || fail "no estimated start for a queued job behind jobs with time limits"
+starts=$(as_user alice xqueue --start --mine); echo "$starts"
+line4=$(echo "$starts" | awk -v id="$a4" '$1 == id')
+[ -n "$line4" ] || fail "xqueue --start does not list job $a4"
+assert_not_contains "$line4" "N/A"
 wait_running "$b1"
 wait_running "$a3"
 sb=$(field "$b1" start_time); s3=$(field "$a3" start_time)
