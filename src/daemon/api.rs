@@ -414,9 +414,10 @@ impl SchedulerApi {
         #[zbus(connection)] conn: &Connection,
         limits: &str,
     ) -> Result<(), ApiError> {
-        let limits = super::fairness::parse_user_limits(limits).map_err(ApiError::InvalidArgs)?;
+        // Asked first: nobody else's text is parsed.
         self.require_admin(conn, &hdr, "changing user limits")
             .await?;
+        let limits = super::fairness::parse_user_limits(limits).map_err(ApiError::InvalidArgs)?;
         let mut st = self.daemon.state.lock().await;
         super::fairness::save_user_limits(st.store.dir(), &limits)
             .map_err(|e| ApiError::Failed(format!("keeping the limits: {e:#}")))?;

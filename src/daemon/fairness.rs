@@ -33,6 +33,9 @@ pub fn priority_config(o: &Options) -> Result<PriorityConfig, Refusal> {
 
 /// Parses limits from JSON text, naming what is wrong.
 pub fn parse_user_limits(text: &str) -> Result<UserLimits, String> {
+    if text.len() as u64 > MAX_LIMITS_BYTES {
+        return Err(format!("over {MAX_LIMITS_BYTES} bytes"));
+    }
     serde_json::from_str(text).map_err(|e| format!("not valid limits: {e}"))
 }
 
@@ -167,6 +170,8 @@ mod tests {
         assert_eq!(load_user_limits(dir.path()).unwrap(), Some(limits));
         let err = parse_user_limits(r#"{"users": {"1001": {"gpu": 1}}}"#).unwrap_err();
         assert!(err.contains("gpu"), "{err}");
+        let huge = format!("{{\"default\": {{}}{}}}", " ".repeat(1 << 20));
+        assert!(parse_user_limits(&huge).unwrap_err().contains("over"));
         let missing = read_user_limits(&dir.path().join("none.json")).unwrap();
         assert!(missing.is_empty());
         std::fs::write(dir.path().join("bad.json"), "{").unwrap();
