@@ -4,8 +4,10 @@
 //! decision is deterministic and can be tested exhaustively and benchmarked.
 
 pub mod alloc;
+pub mod array;
 pub mod books;
 pub mod budget;
+pub mod dependency;
 pub mod device;
 pub mod estimate;
 pub mod fairshare;
@@ -24,7 +26,9 @@ mod users;
 pub type JobId = u64;
 
 pub use alloc::Allocation;
+pub use array::{ArrayError, ArraySpec, Indices, JobRef, JobRefError};
 pub use budget::{Budget, OverBudget, Usage};
+pub use dependency::{Dependency, DependencyError, Progress, Verdict};
 pub use device::{Device, DeviceRef, Health, Vendor};
 pub use estimate::{Estimate, Unknown};
 pub use fairshare::{ShareRow, UsageLedger, UsageWeights};

@@ -3,7 +3,9 @@
 
 use super::*;
 
+mod array;
 mod budgets;
+mod dependency;
 mod estimate;
 mod fairshare;
 mod limits;
@@ -14,6 +16,11 @@ mod regressions;
 mod validation;
 
 const GIB: u64 = 1 << 30;
+
+/// A test of which error a bad input gives.
+type Is<E> = fn(&E) -> bool;
+/// A bad input, which error it gives and words its message must hold.
+type Case<'a, E> = (&'a str, Is<E>, &'a str);
 
 fn gpus(vendor: Vendor, n: u32, node_of: impl Fn(u32) -> Option<u32>) -> Vec<Device> {
     (0..n)
