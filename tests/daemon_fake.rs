@@ -1466,6 +1466,16 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         &e,
         &["queue", &pending.to_string(), "--json"],
     )));
+    // Held, with a dependency: then cancelled.
+    let mut s = spec(&["/bin/true"]);
+    s.extend([
+        entry("hold", true),
+        entry("dependency", format!("afterany:{running}")),
+        entry("kill_on_invalid_dep", true),
+    ]);
+    let (held, _) = c.submit(s).await.unwrap();
+    seen_job.extend(keys(&cli_json(&e, &["queue", &held.to_string(), "--json"])));
+    c.cancel(held).await.unwrap();
     // A restart while it waits loses its --output descriptor (outside systemd
     // there is no descriptor store): once it runs it says so in output_error.
     drop(d);
@@ -1491,7 +1501,7 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
     );
     let list = cli_json(&e, &["queue", "--all", "--json"]);
     let list = list.as_array().unwrap();
-    assert_eq!(list.len(), 4);
+    assert_eq!(list.len(), 5);
     for item in list {
         assert_eq!(
             keys(item),

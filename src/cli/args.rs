@@ -48,6 +48,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hold pending jobs: they wait until released (an admin's hold on anyone's job, only an admin releases).
+    Hold(IdsArgs),
+    /// Release held jobs.
+    Release(IdsArgs),
     /// Show the per-user limits, or replace them live (admin) with --set FILE (JSON; - for stdin).
     Limits {
         #[arg(long, value_name = "FILE")]
@@ -91,6 +95,17 @@ pub struct ResourceArgs {
     /// Lower the job's priority by N (only root may give a negative N).
     #[arg(long, allow_negative_numbers = true)]
     pub nice: Option<i32>,
+    /// Queue the job held: it waits until `xlurm release ID`.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Start only after other jobs: afterok:ID[:ID...], afternotok, afterany,
+    /// after, singleton; `,` all of them, `?` any (as sbatch -d).
+    #[arg(short = 'd', long, value_name = "DEPENDENCY")]
+    pub dependency: Option<String>,
+    /// yes: cancel the job if its dependency can never be met (default no:
+    /// it waits as DependencyNeverSatisfied until cancelled).
+    #[arg(long = "kill-on-invalid-dep", value_name = "yes|no", value_parser = ["yes", "no"])]
+    pub kill_on_invalid_dep: Option<String>,
     /// Start the job with a clean environment instead of forwarding yours.
     #[arg(long = "clean-env")]
     pub clean_env: bool,
@@ -169,6 +184,12 @@ pub struct LogArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    #[arg(required = true, num_args = 1..)]
+    pub ids: Vec<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct IdsArgs {
     #[arg(required = true, num_args = 1..)]
     pub ids: Vec<u64>,
 }

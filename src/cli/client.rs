@@ -15,6 +15,8 @@ pub trait Scheduler {
     fn submit(&self, spec: Dict) -> zbus::Result<(u64, Dict)>;
     fn submit_many(&self, specs: Vec<Dict>) -> zbus::Result<Vec<u64>>;
     fn cancel(&self, id: u64) -> zbus::Result<String>;
+    fn hold(&self, id: u64) -> zbus::Result<bool>;
+    fn release(&self, id: u64) -> zbus::Result<bool>;
     fn get_job(&self, id: u64) -> zbus::Result<Dict>;
     fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::wire::queue::JobSummary>, bool)>;
     fn list_jobs_by_file_descriptor(&self, filter: Dict) -> zbus::Result<zbus::OwnedFd>;

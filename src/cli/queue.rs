@@ -211,6 +211,14 @@ fn job_text(job: &Dict) -> String {
     if !reason.is_empty() {
         line("Reason", reason);
     }
+    let dependency = get_str(job, "dependency");
+    if !dependency.is_empty() {
+        line("Dependency", dependency);
+    }
+    let hold = get_str(job, "hold");
+    if !hold.is_empty() {
+        line("Hold", format!("{hold} (xlurm release {id})"));
+    }
     if let Some(p) = get::<i64>(job, "priority") {
         let f = |k| get::<f64>(job, k).unwrap_or(0.0);
         let nice = get::<i32>(job, "nice").unwrap_or(0);

@@ -8,6 +8,9 @@ use anyhow::{anyhow, bail, Result};
 /// `#SBATCH` options xlurm reads that take a value: `--mem 8G`, `--mem=8G`,
 /// `-c 4`, `-c4` and `-c=4` are all the same.
 const SBATCH_VALUED: &[&str] = &[
+    "--dependency",
+    "-d",
+    "--kill-on-invalid-dep",
     "--gres",
     "--gpus",
     "-G",
@@ -163,16 +166,7 @@ const SBATCH_IGNORED: &[&str] = &[
 /// HOOK (issue 18): arrays, dependencies, holds and requeue each take their
 /// names out of this list and read them where `apply_sbatch` reads the
 /// honoured directives.
-const NOT_YET: &[&str] = &[
-    "--array",
-    "-a",
-    "--dependency",
-    "-d",
-    "--kill-on-invalid-dep",
-    "--hold",
-    "-H",
-    "--requeue",
-];
+const NOT_YET: &[&str] = &["--array", "-a", "--requeue"];
 
 /// Why xlurm refuses directive `name`, which changes what runs or how
 /// often and which it cannot honour (or which it does not know).
@@ -457,6 +451,19 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                     }
                     from_script.output = Some(v.to_string());
                 }
+                "--hold" | "-H" if value.is_none() => from_script.hold = true,
+                "--dependency" | "-d" if v.is_empty() => {
+                    return Err(bad("the dependency is empty"))
+                }
+                // Checked here, so that a bad one names its line.
+                "--dependency" | "-d" => {
+                    crate::core::dependency::parse(v).map_err(|e| bad(&e.to_string()))?;
+                    from_script.dependency = Some(v.to_string());
+                }
+                "--kill-on-invalid-dep" => match v {
+                    "yes" | "no" => from_script.kill_on_invalid_dep = Some(v.to_string()),
+                    _ => return Err(bad("expected yes or no")),
+                },
                 "--exclusive" if value.is_none() => from_script.exclusive = true,
                 // --exclusive=user|mcs|topo: whom the node is shared with.
                 "--exclusive" => warnings.push(format!(
@@ -491,6 +498,12 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
     res.name = res.name.take().or(from_script.name);
     res.nice = res.nice.or(from_script.nice);
     res.exclusive |= from_script.exclusive;
+    res.hold |= from_script.hold;
+    res.dependency = res.dependency.take().or(from_script.dependency);
+    res.kill_on_invalid_dep = res
+        .kill_on_invalid_dep
+        .take()
+        .or(from_script.kill_on_invalid_dep);
     res.output = res.output.take().or(from_script.output);
     Ok(warnings)
 }

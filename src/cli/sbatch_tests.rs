@@ -282,23 +282,49 @@ fn sbatch_directives_that_change_what_runs_are_errors_naming_the_line() {
 }
 
 #[test]
-fn sbatch_arrays_dependencies_holds_and_requeue_are_not_supported_yet() {
+fn sbatch_arrays_and_requeue_are_not_supported_yet() {
     for (lines, shown) in [
         ("#SBATCH --array=0-9%2", "--array=0-9%2"),
         ("#SBATCH -a 1-3", "-a 1-3"),
-        ("#SBATCH --dependency=afterok:12", "--dependency=afterok:12"),
-        ("#SBATCH -d afterany:3", "-d afterany:3"),
-        (
-            "#SBATCH --kill-on-invalid-dep=yes",
-            "--kill-on-invalid-dep=yes",
-        ),
-        ("#SBATCH --hold", "--hold"),
-        ("#SBATCH -H -c 2", "-H"),
         ("#SBATCH --requeue", "--requeue"),
     ] {
         let e = sbatch_error(lines);
         let want = format!("line 2: #SBATCH {shown}: not supported yet");
         assert!(e.starts_with(&want), "{lines:?}: {e:?} lacks {want:?}");
+    }
+}
+
+#[test]
+fn sbatch_dependencies_and_holds_are_honoured_and_a_bad_one_names_its_line() {
+    let res = sbatch(
+        "#SBATCH --dependency=afterok:12:13,afterany:14
+#SBATCH --kill-on-invalid-dep=yes",
+    );
+    assert_eq!(res.dependency.as_deref(), Some("afterok:12:13,afterany:14"));
+    assert_eq!(res.kill_on_invalid_dep.as_deref(), Some("yes"));
+    let res = sbatch("#SBATCH -d singleton -H -c 2");
+    assert_eq!(res.dependency.as_deref(), Some("singleton"));
+    assert!(res.hold);
+    assert_eq!(res.cpus, Some(2));
+    assert!(!sbatch("#SBATCH -c 2").hold);
+    // The command line wins.
+    let mut res = ResourceArgs {
+        dependency: Some("afterany:7".into()),
+        ..Default::default()
+    };
+    apply_sbatch("#!/bin/sh\n#SBATCH -d afterok:12\ntrue\n", &mut res).unwrap();
+    assert_eq!(res.dependency.as_deref(), Some("afterany:7"));
+    for (lines, want) in [
+        (
+            "#SBATCH --dependency=afterok:",
+            "line 2: #SBATCH --dependency=afterok:",
+        ),
+        ("#SBATCH -d aftercorr:3", "line 2: #SBATCH -d aftercorr:3"),
+        ("#SBATCH -d afterok:3,afterany:4?after:5", "line 2:"),
+        ("#SBATCH --kill-on-invalid-dep=maybe", "expected yes or no"),
+    ] {
+        let e = sbatch_error(lines);
+        assert!(e.contains(want), "{lines:?}: {e:?} lacks {want:?}");
     }
 }
 

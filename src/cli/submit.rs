@@ -150,6 +150,15 @@ pub(super) fn spec_from(
             parse_duration_secs(t).map_err(|e| anyhow!("--time-limit: {e}"))?,
         ));
     }
+    if res.hold {
+        add(entry("hold", true));
+    }
+    if let Some(d) = &res.dependency {
+        add(entry("dependency", d.as_str()));
+    }
+    if res.kill_on_invalid_dep.as_deref() == Some("yes") {
+        add(entry("kill_on_invalid_dep", true));
+    }
     if let Some(n) = res.nice {
         add(entry("nice", n));
     }

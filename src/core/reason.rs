@@ -47,6 +47,16 @@ pub enum Reason {
     Exclusive,
     /// Starting it would take its owner past one of their limits.
     UserLimit(LimitHit),
+    /// Held (`--hold`, `xlurm hold`): by its owner, or by an admin (then
+    /// only an admin may release it).
+    Held { by_admin: bool },
+    /// Waits for the jobs it depends on (`--dependency`).
+    Dependency,
+    /// Its dependency can never be met (`afterok` on a job that failed):
+    /// it waits until cancelled, as in Slurm.
+    DependencyNeverSatisfied,
+    /// Its array already runs as many tasks as its `%N` allows.
+    ArrayTaskLimit { limit: u32 },
 }
 
 impl Reason {
@@ -61,6 +71,11 @@ impl Reason {
             Reason::MaxRunning => "MaxRunning",
             Reason::Exclusive => "Exclusive",
             Reason::UserLimit(_) => "UserLimit",
+            Reason::Held { by_admin: false } => "JobHeldUser",
+            Reason::Held { by_admin: true } => "JobHeldAdmin",
+            Reason::Dependency => "Dependency",
+            Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
+            Reason::ArrayTaskLimit { .. } => "JobArrayTaskLimit",
         }
     }
 }
@@ -94,6 +109,19 @@ impl fmt::Display for Reason {
             Reason::MaxRunning => f.write_str("MaxRunning (the limit of running jobs is reached)"),
             Reason::Exclusive => f.write_str("Exclusive (waits for or holds the whole machine)"),
             Reason::UserLimit(hit) => write!(f, "UserLimit ({hit})"),
+            Reason::Held { by_admin: false } => {
+                f.write_str("JobHeldUser (held by its owner: xlurm release)")
+            }
+            Reason::Held { by_admin: true } => {
+                f.write_str("JobHeldAdmin (held by an admin; only an admin may release it)")
+            }
+            Reason::Dependency => f.write_str("Dependency (waits for the jobs it depends on)"),
+            Reason::DependencyNeverSatisfied => f.write_str(
+                "DependencyNeverSatisfied (can never start: xcancel it, or xlurm update --dependency)",
+            ),
+            Reason::ArrayTaskLimit { limit } => {
+                write!(f, "JobArrayTaskLimit ({limit} tasks of its array run at once)")
+            }
         }
     }
 }

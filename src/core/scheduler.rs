@@ -209,6 +209,11 @@ impl Scheduler {
         self.running.len()
     }
 
+    /// The jobs that hold resources now.
+    pub fn running_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.running.keys().copied()
+    }
+
     pub fn running(&self, id: JobId) -> Option<&Running> {
         self.running.get(&id)
     }

@@ -5,10 +5,11 @@
 //! caller's unique bus name as subject.
 
 use super::audience::Audience;
-use super::job::Job;
+use super::job::Hold;
 use super::listing;
 use super::service::{no_such_job, owns, Daemon, Sight};
 use super::spec;
+pub(crate) use super::wire_job::{job_dict, put};
 use crate::core::{Policy, Vendor};
 use crate::wire::error::{ApiError, ApiResult};
 use crate::wire::queue::JobSummary;
@@ -35,81 +36,6 @@ pub struct SchedulerApi {
 
 fn wire_now() -> u64 {
     crate::wire::time::now_usec() / 1_000_000
-}
-
-pub(crate) fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
-    if let Ok(v) = OwnedVariant::try_from(v.into()) {
-        m.insert(key.to_string(), v);
-    }
-}
-
-/// A job as a{sv}. `detail` adds what only the owner and root may see.
-pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
-    let mut m = Dict::new();
-    put(&mut m, "id", job.id);
-    put(&mut m, "name", job.name.clone());
-    put(&mut m, "uid", job.uid);
-    put(&mut m, "user", job.user.clone());
-    put(&mut m, "state", job.state().name());
-    put(&mut m, "reason", reason.unwrap_or_default());
-    put(&mut m, "submit_time", job.submit_usec);
-    put(&mut m, "start_time", job.start_usec());
-    put(&mut m, "end_time", job.end_usec());
-    put(&mut m, "cpus", job.demand.cpus);
-    put(&mut m, "mem", job.demand.mem_bytes);
-    put(&mut m, "mem_default", job.demand.mem_default);
-    put(&mut m, "time_limit", job.demand.time_limit_secs);
-    put(&mut m, "exclusive", job.demand.exclusive);
-    put(&mut m, "numa_local", job.demand.numa_local);
-    put(&mut m, "devices_requested", job.devices_requested());
-    if let Some(a) = job.alloc() {
-        put(
-            &mut m,
-            "devices",
-            job.devices_allocated().unwrap_or_default(),
-        );
-        put(&mut m, "alloc_cpus", a.cpus.to_list());
-        put(&mut m, "alloc_mem_nodes", a.mem_nodes.to_list());
-        put(&mut m, "spread", a.spread);
-        let uuids: Vec<String> = a.devices.iter().map(|d| d.uuid.clone()).collect();
-        put(&mut m, "device_uuids", uuids);
-    }
-    put(&mut m, "unit", job.unit());
-    put(&mut m, "invocation_id", job.invocation_id().to_string());
-    if let Some(o) = job.outcome() {
-        put(&mut m, "result", o.result.clone());
-        put(&mut m, "detail", o.detail.clone());
-        if let Some(c) = job.exit_code() {
-            put(&mut m, "exit_code", c);
-        }
-        if let Some(s) = o.exit_status {
-            put(&mut m, "exit_status", s);
-        }
-        if let Some(s) = o.signal {
-            put(&mut m, "signal", s);
-        }
-        if let Some(n) = o.cpu_nsec {
-            put(&mut m, "cpu_nsec", n);
-        }
-        if let Some(n) = o.memory_peak {
-            put(&mut m, "memory_peak", n);
-        }
-    }
-    if detail {
-        if let Some(o) = &job.output {
-            put(&mut m, "output", o.path.clone());
-            if !o.error.is_empty() {
-                put(&mut m, "output_error", o.error.clone());
-            }
-        }
-        put(&mut m, "argv", job.command.argv.clone());
-        put(&mut m, "cwd", job.command.cwd.clone());
-        put(&mut m, "batch", job.command.script.is_some());
-        if let Some(env) = &job.command.env {
-            put(&mut m, "env", env.clone());
-        }
-    }
-    m
 }
 
 /// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
@@ -342,6 +268,39 @@ impl SchedulerApi {
         Ok(self.daemon.cancel(uid, id, admin).await?.name().to_string())
     }
 
+    /// Holds a pending job: its owner's hold, or an admin's (polkit) on
+    /// anyone's, which only an admin may release. Returns whether it was
+    /// not held that way already.
+    #[zbus(out_args("changed"))]
+    async fn hold(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+    ) -> Result<bool, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let admin = self.admin_for(conn, &hdr, uid, id, true).await?;
+        self.daemon.hold(uid, id, admin).await
+    }
+
+    /// Releases a pending job's hold (an admin's hold needs polkit, even
+    /// for the owner). Returns whether it was held.
+    #[zbus(out_args("changed"))]
+    async fn release(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+    ) -> Result<bool, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let admin = if uid != 0 && self.daemon.hold_of(id).await == Some(Hold::Admin) {
+            self.authorized(conn, &hdr, uid).await?
+        } else {
+            self.admin_for(conn, &hdr, uid, id, true).await?
+        };
+        self.daemon.release(uid, id, admin).await
+    }
+
     /// One job. Command, arguments, environment and directory only for its owner and root.
     #[zbus(out_args("job"))]
     async fn get_job(
@@ -358,7 +317,7 @@ impl SchedulerApi {
             .full(id)
             .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
             .ok_or_else(|| no_such_job(id))?;
-        let reason = st.sched.reason(id).map(|r| r.to_string());
+        let reason = st.reason(id).map(|r| r.to_string());
         if own && !job.state().is_final() {
             self.listen(&hdr, id);
         }

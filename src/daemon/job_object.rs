@@ -93,8 +93,7 @@ impl JobObject {
     #[zbus(property(emits_changed_signal = "invalidates"))]
     async fn reason(&self) -> String {
         let st = self.daemon.state.lock().await;
-        st.sched
-            .reason(self.id)
+        st.reason(self.id)
             .map(|r| r.to_string())
             .unwrap_or_default()
     }

@@ -11,7 +11,7 @@
 //! from the daemon's records and decoded into borrowed [`Line`]s, so listing
 //! 100,000 jobs takes tens of milliseconds, not hundreds.
 
-use super::job::{Brief, Job, JobState};
+use super::job::{Brief, Gate, Job, JobState};
 use super::service::{Found, State};
 use crate::core::{Demand, JobId};
 use crate::wire::error::ApiError;
@@ -176,10 +176,16 @@ fn lines<'a>(
     let mut memo: Option<(&Demand, bool, u32, String, String)> = None;
     for (id, j) in jobs {
         let scratch: String;
+        let reqs: String;
         let line = match j {
             Found::Full(job) => {
                 let is_head = head == Some(id);
-                if job.state() == JobState::Pending {
+                if job.gate() != Gate::Queued {
+                    // Kept out of the queue: its own reason.
+                    scratch = st.reason(id).map(|r| r.to_string()).unwrap_or_default();
+                    reqs = job.devices_requested();
+                    job_line(job, &scratch, &reqs)
+                } else if job.state() == JobState::Pending {
                     let known = matches!(&memo, Some((d, h, u, _, _))
                         if *d == &job.demand && *h == is_head && *u == job.uid);
                     if !known {

@@ -19,3 +19,4 @@ pub mod store;
 pub mod systemd;
 pub mod unit;
 pub mod watch;
+pub mod wire_job;

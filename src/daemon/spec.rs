@@ -31,6 +31,12 @@ pub struct Spec {
     /// `--nice`: positive lowers the job's priority (checked against the
     /// caller at submission: `core::priority::check_nice`).
     pub nice: i32,
+    /// `--hold`: queued held by its owner (`xlurm release` lets it go).
+    pub hold: bool,
+    /// `--dependency` (checked against the jobs it names at submission).
+    pub dependency: Option<crate::core::Dependency>,
+    /// `--kill-on-invalid-dep=yes`.
+    pub kill_on_invalid_dep: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -212,6 +218,15 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         name,
         request,
         nice: r.get("nice")?.unwrap_or(0),
+        hold: r.get("hold")?.unwrap_or(false),
+        dependency: match r.get::<String>("dependency")? {
+            Some(d) => Some(
+                crate::core::dependency::parse(&d)
+                    .map_err(|e| SpecError(format!("spec key \"dependency\": {e}")))?,
+            ),
+            None => None,
+        },
+        kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
     })
 }
 

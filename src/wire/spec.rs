@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 16] = [
+pub const KEYS: [(&str, &str); 19] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -22,6 +22,9 @@ pub const KEYS: [(&str, &str); 16] = [
     ("time_limit", "t"),
     ("clean_env", "b"),
     ("nice", "i"),
+    ("hold", "b"),
+    ("dependency", "s"),
+    ("kill_on_invalid_dep", "b"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

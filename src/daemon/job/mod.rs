@@ -8,7 +8,7 @@ mod record;
 mod stage;
 
 pub use brief::{Brief, Ended, Strings};
-pub use stage::{End, Heard, HeldFd, Launch, Reading, Run, Stage, Waiting};
+pub use stage::{After, End, Gate, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
 
 /// Job states, named as Slurm users know them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -151,7 +151,7 @@ impl Job {
     /// command, environment, script, directory and output path as stored.
     pub fn held_bytes(&self) -> u64 {
         if let Some(held) = self.detached() {
-            return held;
+            return held.get();
         }
         let c = &self.command;
         let strings = std::iter::once(&self.name)
@@ -176,7 +176,7 @@ impl Job {
         if w.detached.is_some() {
             return;
         }
-        w.detached = Some(held);
+        w.detached = std::num::NonZeroU64::new(held);
         self.command.argv = Vec::new();
         self.command.env = None;
         self.command.script = None;
@@ -253,7 +253,7 @@ impl Job {
     }
 
     /// The bytes its argv, environment and script held, while they are on disk only.
-    pub fn detached(&self) -> Option<u64> {
+    pub fn detached(&self) -> Option<std::num::NonZeroU64> {
         match &self.stage {
             Stage::Pending(w) => w.detached,
             _ => None,

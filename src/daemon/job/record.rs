@@ -3,7 +3,7 @@
 //! over fields that exist in every state (0, empty or null where they do
 //! not apply); what is never stored (see `stage`) is not written.
 
-use super::stage::{End, Run, Stage, Waiting};
+use super::stage::{After, End, Hold, Run, Stage, Waiting};
 use super::{Command, Job, JobState, Outcome, OutputCopy};
 use crate::core::{Allocation, Demand, JobId};
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,12 @@ struct Out<'a> {
     nice: i32,
     #[serde(skip_serializing_if = "is_unknown_gid")]
     gid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<Hold>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dependency: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    kill_on_invalid_dep: bool,
 }
 
 /// A record as read.
@@ -61,6 +67,12 @@ pub(super) struct In {
     nice: i32,
     #[serde(default = "unknown_gid")]
     gid: u32,
+    #[serde(default)]
+    hold: Option<Hold>,
+    #[serde(default)]
+    dependency: Option<String>,
+    #[serde(default)]
+    kill_on_invalid_dep: bool,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -110,6 +122,9 @@ impl Serialize for Job {
             relaunches: self.relaunches(),
             nice: self.nice,
             gid: self.gid,
+            hold: self.hold(),
+            dependency: self.after().map(|a| a.dependency.to_string()),
+            kill_on_invalid_dep: self.after().is_some_and(|a| a.kill_on_invalid),
         }
         .serialize(s)
     }
@@ -120,7 +135,22 @@ impl TryFrom<In> for Job {
 
     fn try_from(r: In) -> Result<Job, String> {
         let stage = match r.state {
-            JobState::Pending => Stage::Pending(Waiting::default()),
+            JobState::Pending => {
+                let after = match &r.dependency {
+                    Some(d) => Some(Box::new(After {
+                        dependency: d
+                            .parse()
+                            .map_err(|e| format!("job {}: its dependency {d:?}: {e}", r.id))?,
+                        kill_on_invalid: r.kill_on_invalid_dep,
+                    })),
+                    None => None,
+                };
+                Stage::Pending(Waiting {
+                    hold: r.hold,
+                    after,
+                    ..Waiting::default()
+                })
+            }
             JobState::Running => {
                 let alloc = r.alloc.ok_or_else(|| {
                     format!("job {}: a RUNNING record without its allocation", r.id)

@@ -30,10 +30,76 @@ pub struct Waiting {
     /// Set while its argv, environment and script are only in its record on
     /// disk ([`Job::detach`]): the bytes they held, still counted against
     /// its owner's budget.
-    pub detached: Option<u64>,
+    pub detached: Option<std::num::NonZeroU64>,
     /// Its `--output` descriptor (see `daemon::output`), held until its
     /// unit is started with it.
     pub output_fd: Option<HeldFd>,
+    /// Stored: held back by its owner or an admin (`--hold`, `xlurm hold`).
+    pub hold: Option<Hold>,
+    /// Stored: what it waits for (`--dependency`). Boxed: most jobs have none.
+    pub after: Option<Box<After>>,
+    /// Never stored: whether it is in the scheduler's queue, and if not, why
+    /// (worked out by `service::gate` from its hold, dependency and array).
+    pub gate: Gate,
+}
+
+/// A pending job's `--dependency`, and what to do when it can never be met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct After {
+    pub dependency: crate::core::Dependency,
+    /// `--kill-on-invalid-dep=yes`: cancel it then, instead of letting it
+    /// wait with `DependencyNeverSatisfied`.
+    pub kill_on_invalid: bool,
+}
+
+/// Who holds a pending job back: only an admin may release an admin's hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    User,
+    Admin,
+}
+
+impl Hold {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hold::User => "user",
+            Hold::Admin => "admin",
+        }
+    }
+}
+
+/// Whether a pending job is in the scheduler's queue (`Queued`), and if
+/// not, what keeps it out. Only queued jobs are placed, counted as the
+/// head, or block others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Gate {
+    #[default]
+    Queued,
+    Held(Hold),
+    /// Its dependency is not met yet.
+    Dependency,
+    /// Its dependency can never be met.
+    Never,
+    /// Its array runs as many tasks as its `%N` allows.
+    ArrayLimit,
+}
+
+impl Gate {
+    /// Why it waits outside the queue (`None` when queued); `limit`: its
+    /// array's `%N`.
+    pub fn reason(self, limit: u32) -> Option<crate::core::Reason> {
+        use crate::core::Reason;
+        match self {
+            Gate::Queued => None,
+            Gate::Held(h) => Some(Reason::Held {
+                by_admin: h == Hold::Admin,
+            }),
+            Gate::Dependency => Some(Reason::Dependency),
+            Gate::Never => Some(Reason::DependencyNeverSatisfied),
+            Gate::ArrayLimit => Some(Reason::ArrayTaskLimit { limit }),
+        }
+    }
 }
 
 /// A running job: placed and handed to systemd.
@@ -237,6 +303,22 @@ impl Job {
         }
     }
 
+    /// A pending job whose dependency can never be met, cancelled as its
+    /// owner asked (`--kill-on-invalid-dep=yes`).
+    pub fn cancelled_dependency(&self, now: u64) -> Job {
+        let dependency = self
+            .after()
+            .map(|a| a.dependency.to_string())
+            .unwrap_or_default();
+        let outcome = Outcome {
+            detail: format!(
+                "DependencyNeverSatisfied: {dependency} can never be met (--kill-on-invalid-dep)"
+            ),
+            ..Default::default()
+        };
+        self.ended(JobState::Cancelled, outcome, now)
+    }
+
     /// A pending job its owner (or an admin, `by`) cancelled before it started.
     pub fn cancelled_pending(&self, by: u32, now: u64) -> Job {
         let outcome = Outcome {
@@ -248,6 +330,55 @@ impl Job {
             e.cancel_requested_by = Some(by);
         }
         j
+    }
+
+    /// A pending job held (`Some`) or released (`None`).
+    pub fn with_hold(&self, hold: Option<Hold>) -> Job {
+        let mut j = self.clone();
+        if let Stage::Pending(w) = &mut j.stage {
+            w.hold = hold;
+        }
+        j
+    }
+
+    /// A pending job's dependency.
+    pub fn after(&self) -> Option<&After> {
+        match &self.stage {
+            Stage::Pending(w) => w.after.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// A pending job with its dependency set (`Some`) or cleared.
+    pub fn with_after(&self, after: Option<After>) -> Job {
+        let mut j = self.clone();
+        if let Stage::Pending(w) = &mut j.stage {
+            w.after = after.map(Box::new);
+        }
+        j
+    }
+
+    /// A pending job's hold.
+    pub fn hold(&self) -> Option<Hold> {
+        match &self.stage {
+            Stage::Pending(w) => w.hold,
+            _ => None,
+        }
+    }
+
+    /// A pending job's gate (see [`Gate`]); `Queued` in other stages.
+    pub fn gate(&self) -> Gate {
+        match &self.stage {
+            Stage::Pending(w) => w.gate,
+            _ => Gate::Queued,
+        }
+    }
+
+    /// Sets a pending job's gate.
+    pub fn set_gate(&mut self, gate: Gate) {
+        if let Stage::Pending(w) = &mut self.stage {
+            w.gate = gate;
+        }
     }
 
     /// Why its `--output` copy cannot be made; whether that is news.

@@ -25,11 +25,13 @@ impl<U: Units> Daemon<U> {
                 st.pending_done(id);
                 // Its --output file is let go of with it.
                 let had_output = st.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());
+                let woken = st.wake(id);
                 drop(st);
                 if had_output {
                     crate::daemon::output::unstore(id);
                 }
                 self.changed(id, JobState::Cancelled);
+                self.woke(woken);
                 self.kick.notify_one();
                 Ok(JobState::Pending)
             }

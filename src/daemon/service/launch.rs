@@ -66,7 +66,15 @@ impl<U: Units> Daemon<U> {
                 .and_then(|mut pending| pending.take_output_fd());
             launches.push((j, output_fd));
         }
+        // `after:` waits for a start, `singleton` for the next in line.
+        let mut woken = super::gate::Woken::default();
+        for (j, _) in &launches {
+            let w = st.wake(j.id);
+            woken.ended.extend(w.ended);
+            woken.queued |= w.queued;
+        }
         drop(st);
+        self.woke(woken);
         // Launch concurrently: each waits for systemd on its own.
         for (job, output_fd) in launches {
             self.changed(job.id, JobState::Running);

@@ -55,6 +55,8 @@ impl<U: Units> Daemon<U> {
         st.jobs.insert(id, job.clone());
         // Charged to its owner's fair-share usage up to now.
         st.sched.finish_at(id, now_usec() / 1_000_000);
+        // Those waiting on it see how it ended.
+        let woken = st.wake(id);
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the
@@ -77,6 +79,7 @@ impl<U: Units> Daemon<U> {
         drop(st);
         tracing::info!(job = id, "job {id} {}: {why}", state.name());
         self.changed(id, state);
+        self.woke(woken);
         if job.command.script.is_some() {
             let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
         }

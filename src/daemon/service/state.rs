@@ -19,6 +19,10 @@ pub struct State {
     pub(super) retired: usize,
     /// When priorities were last brought up to date (seconds).
     reprioritized_at: u64,
+    /// The pending jobs that depend on each job (see `gate`).
+    pub(super) waiters: HashMap<JobId, Vec<JobId>>,
+    /// Pending `singleton` jobs by owner and name, oldest first.
+    pub(super) singles: HashMap<(u32, String), std::collections::BTreeSet<JobId>>,
 }
 
 /// How often a scheduling pass brings priorities up to date with usage
@@ -81,18 +85,19 @@ impl Found<'_> {
 impl State {
     /// The tables for what the store loaded: its pending jobs are queued in
     /// `sched` and counted per user.
-    pub fn new(mut sched: Scheduler, mut loaded: Loaded, store: Store) -> State {
+    pub fn new(sched: Scheduler, mut loaded: Loaded, store: Store) -> State {
         let mut usage: HashMap<u32, crate::core::Usage> = HashMap::new();
+        let mut pending = Vec::new();
         for j in loaded
             .jobs
             .values_mut()
             .filter(|j| j.state() == JobState::Pending)
         {
             usage.entry(j.uid).or_default().add(j.usage());
-            sched.enqueue_for(j.id, j.demand.clone(), j.submission());
+            pending.push(j.id);
             j.detach();
         }
-        State {
+        let mut st = State {
             sched,
             jobs: loaded.jobs,
             ended: loaded.ended,
@@ -102,7 +107,18 @@ impl State {
             usage,
             retired: 0,
             reprioritized_at: 0,
+            waiters: HashMap::new(),
+            singles: HashMap::new(),
+        };
+        // Queued unless something keeps them out (see `gate`).
+        for id in &pending {
+            st.watch(*id);
         }
+        for id in pending {
+            st.regate(id);
+            st.settle(id);
+        }
+        st
     }
 
     /// Brings priorities up to date at `now` (seconds) if the last time
@@ -191,6 +207,7 @@ impl State {
     /// Pending job `id` leaves the queue (it starts or is cancelled): its
     /// owner no longer holds what it held. Call before replacing its record.
     pub(super) fn pending_done(&mut self, id: JobId) {
+        self.unwatch(id);
         let Some((uid, held)) = self.jobs.get(&id).map(|j| (j.uid, j.usage())) else {
             return;
         };

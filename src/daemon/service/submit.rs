@@ -2,6 +2,9 @@
 //! (its script on disk, its devices' variables and nodes).
 
 use super::*;
+use crate::core::dependency::{Cond, Target};
+use crate::core::Dependency;
+use crate::daemon::job::{After, Hold};
 
 /// What a submission got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,10 @@ impl<U: Units> Daemon<U> {
                 .sched
                 .validate(&spec.request)
                 .map_err(|e| ApiError::InvalidRequest(which(e.to_string())))?;
+            if let Some(dep) = &spec.dependency {
+                self.check_dependency(&st, uid, dep)
+                    .map_err(|e| ApiError::InvalidArgs(which(e)))?;
+            }
             // A request its owner's limits can never let run is refused now.
             st.sched
                 .check_submit(owner, &d)
@@ -93,6 +100,15 @@ impl<U: Units> Daemon<U> {
             );
             job.nice = spec.nice;
             job.gid = gid;
+            if spec.hold {
+                job = job.with_hold(Some(Hold::User));
+            }
+            if let Some(dependency) = spec.dependency {
+                job = job.with_after(Some(After {
+                    dependency,
+                    kill_on_invalid: spec.kill_on_invalid_dep,
+                }));
+            }
             new_jobs.push(job);
         }
         let mut adding = crate::core::Usage::default();
@@ -113,8 +129,6 @@ impl<U: Units> Daemon<U> {
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
         let mut output_fd = output.map(|(fd, _)| fd);
         for mut job in new_jobs {
-            st.sched
-                .enqueue_for(job.id, job.demand.clone(), job.submission());
             st.pending_added(&job);
             // On disk now: memory keeps what waiting needs.
             job.detach();
@@ -123,14 +137,56 @@ impl<U: Units> Daemon<U> {
                 crate::daemon::output::store(job.id, &fd);
                 job.hold_output_fd(fd);
             }
-            st.jobs.insert(job.id, job);
+            let id = job.id;
+            st.jobs.insert(id, job);
+            st.watch(id);
+            st.regate(id);
         }
+        // One whose dependency can never be met and that asked to be
+        // cancelled then ends at once (`afterok` on a job that failed).
+        let settled: Vec<JobId> = new_ids
+            .iter()
+            .copied()
+            .filter(|id| st.settle(*id))
+            .collect();
         drop(st);
         for id in new_ids {
             self.changed(id, JobState::Pending);
         }
+        for id in settled {
+            self.changed(id, JobState::Cancelled);
+        }
         self.kick.notify_one();
         Ok(out)
+    }
+}
+
+impl<U: Units> Daemon<U> {
+    /// A dependency may name only jobs that exist and that `uid` may see.
+    fn check_dependency(&self, st: &State, uid: u32, dep: &Dependency) -> Result<(), String> {
+        let targets = dep.conds.iter().filter_map(|c| match c {
+            Cond::On { target, .. } => Some(target),
+            Cond::Singleton => None,
+        });
+        for t in targets {
+            let id = match t {
+                Target::Job(id) => *id,
+                Target::Task(id, i) => {
+                    return Err(format!(
+                        "dependency on {id}_{i}: job arrays are not supported yet, so there is no task {id}_{i}"
+                    ))
+                }
+            };
+            let visible = st.find(id).is_some_and(|f| {
+                sight(self.settings.list_is_public, uid, f.uid(), false) != Sight::Hidden
+            });
+            if !visible {
+                return Err(format!(
+                    "dependency on job {id}: no job {id} (finished jobs are kept for a while, then cleaned)"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -6,8 +6,10 @@
 # queues nothing; a directive that changes nothing here is a warning. Also the seed's
 # parity: -g defaults to 0 on this machine without accelerators, `xqueue --cancel ID`,
 # `xlurmd --cancel-grace` (SIGTERM, then SIGKILL after it: the unit's TimeoutStopUSec)
-# and `xbatch --version`.
-# timeout: 240
+# and `xbatch --version`. Dependencies (afterok chain in order, afternotok after a
+# failure only, DependencyNeverSatisfied, --kill-on-invalid-dep, across a restart of
+# xlurmd) and holds (user and admin) on real systemd.
+# timeout: 420
 set -euo pipefail
 . "$XLURM_VM_LIB"
 need_bin xlurmd
@@ -81,8 +83,8 @@ assert_contains "$(as_user alice xqueue "$id")" "devices cpu" "without -g a job 
 
 check "directives that change what runs or how often queue nothing, naming the line"
 before=$(alice_jobs)
-for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=afterok:$id" \
-    "--hold" "--chdir=/tmp"; do
+for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=aftercorr:$id" \
+    "--requeue" "--chdir=/tmp"; do
     as_user_sh alice "printf '#!/bin/bash\n# a comment\n#SBATCH $directive\necho ran > ~/forbidden.out\n' > ~/forbidden.sh"
     rc=0; err=$(as_user alice xbatch -g 0 forbidden.sh 2>&1) || rc=$?
     echo "$err"
@@ -111,3 +113,65 @@ note "the job that ignores SIGTERM ended after ${took}s"
 awk "BEGIN {exit !($took >= 2.5 && $took < 9)}" || fail "ended after ${took}s, not about 3 s"
 assert_contains "$(as_user alice xqueue "$stubborn")" "killed with SIGKILL after the cancel grace"
 stubborn=
+
+# job_field ID KEY: a number or string of the job's GetJob record (as root).
+job_field() {
+    "${XB[@]}" GetJob t "$1" | grep -o "\"$2\" [st] \(\"[^\"]*\"\|[0-9]*\)" | head -1 | cut -d' ' -f3- | tr -d '"'
+}
+# submit USER ARGS...: xbatch as USER; prints the job ID.
+submit() {
+    local u=$1 out; shift
+    out=$(as_user "$u" xbatch "$@" 2>&1) || fail "xbatch $*: $out"
+    awk '/Submitted batch job/ {print $4}' <<<"$out"
+}
+
+check "an afterok chain of three runs in order, also across a restart of xlurmd"
+a=$(submit alice --wrap 'sleep 4')
+b=$(submit alice -d "afterok:$a" --wrap 'sleep 1')
+as_user_sh alice "printf '#!/bin/bash\n#SBATCH --dependency=afterok:$b\ntrue\n' > ~/third.sh"
+c=$(submit alice third.sh)
+wait_for "[ \"\$(job_state $a)\" = RUNNING ]" 60
+assert_eq PENDING "$(job_state "$b")" "b while a runs"
+assert_contains "$(job_field "$b" reason)" "Dependency" "b's reason"
+assert_contains "$(as_user alice xqueue "$c")" "afterok:$b" "xqueue ID shows the dependency"
+systemctl restart xlurmd
+assert_eq PENDING "$(job_state "$c")" "c after a restart of xlurmd"
+wait_for "[ \"\$(job_state $c)\" = COMPLETED ]" 120
+for pair in "$a $b" "$b $c"; do
+    set -- $pair
+    end=$(job_field "$1" end_time); start=$(job_field "$2" start_time)
+    [ "$start" -ge "$end" ] || fail "job $2 started at $start, before job $1 ended at $end"
+done
+note "a, b, c ended COMPLETED, each started after the one before ended"
+
+check "afternotok runs after a failure only; an unmeetable dependency waits or is cancelled"
+bad=$(submit alice --wrap 'exit 3')
+on_fail=$(submit alice -d "afternotok:$bad" --wrap 'true')
+on_ok=$(submit alice -d "afternotok:$a" --wrap 'echo must-not-run')
+killed=$(submit alice -d "afterok:$bad" --kill-on-invalid-dep=yes --wrap 'echo must-not-run')
+wait_for "[ \"\$(job_state $on_fail)\" = COMPLETED ]" 60
+assert_eq FAILED "$(job_state "$bad")"
+wait_for "[ \"\$(job_state $killed)\" = CANCELLED ]" 30
+assert_contains "$(job_field "$killed" detail)" "DependencyNeverSatisfied"
+assert_eq PENDING "$(job_state "$on_ok")" "a job whose dependency can never be met"
+assert_contains "$(job_field "$on_ok" reason)" "DependencyNeverSatisfied"
+as_user alice xcancel "$on_ok"
+rc=0; err=$(as_user bob xbatch -d "afterok:999999" --wrap true 2>&1) || rc=$?
+assert_ne 0 "$rc" "a dependency on a job that does not exist"
+assert_contains "$err" "no job 999999"
+
+check "holds: the owner's and an admin's"
+held=$(submit alice -H --wrap 'true')
+assert_contains "$(job_field "$held" reason)" "JobHeldUser"
+other=$(submit bob --wrap 'true')
+wait_for "[ \"\$(job_state $other)\" = COMPLETED ]" 60
+assert_eq PENDING "$(job_state "$held")" "a held job"
+rc=0; err=$(as_user bob xlurm release "$held" 2>&1) || rc=$?
+assert_ne 0 "$rc" "bob releasing alice's job"
+xlurm hold "$held" >/dev/null
+assert_contains "$(job_field "$held" reason)" "JobHeldAdmin" "root's hold"
+rc=0; err=$(as_user alice xlurm release "$held" 2>&1) || rc=$?
+assert_ne 0 "$rc" "alice releasing an admin's hold"
+assert_contains "$err" "only an admin may release it"
+xlurm release "$held"
+wait_for "[ \"\$(job_state $held)\" = COMPLETED ]" 60

@@ -1,0 +1,317 @@
+//! The gate in front of the scheduler's queue: a pending job is queued only
+//! while nothing keeps it out (a hold, a dependency not met, its array's
+//! `%N`). A job kept out is not placed, never becomes the head, and blocks
+//! nobody; its reason comes from the gate ([`State::reason`]). Holds and
+//! releases are here too.
+
+use super::*;
+use crate::core::dependency::{Progress, Target, Verdict};
+use crate::core::Reason;
+use crate::daemon::job::{Gate, Hold};
+
+/// What became of a job, as a dependency on it sees it.
+fn progress_of(state: JobState) -> Progress {
+    let mut p = Progress::default();
+    match state {
+        JobState::Pending => p.pending = 1,
+        JobState::Running => p.running = 1,
+        JobState::Completed => p.ok = 1,
+        _ => p.not_ok = 1,
+    }
+    p
+}
+
+/// What waking the jobs that wait on another did.
+#[derive(Debug, Default)]
+pub struct Woken {
+    /// Jobs cancelled because their dependency can never be met
+    /// (`--kill-on-invalid-dep=yes`), recorded.
+    pub ended: Vec<JobId>,
+    /// Whether some job entered the queue (a pass may start it).
+    pub queued: bool,
+}
+
+impl State {
+    /// What keeps pending `job` out of the queue now.
+    fn gate_for(&self, job: &Job) -> Gate {
+        if let Some(h) = job.hold() {
+            return Gate::Held(h);
+        }
+        if let Some(a) = job.after() {
+            let clear = !a.dependency.has_singleton() || self.singleton_clear(job);
+            match a.dependency.verdict(|t| self.progress(t), clear) {
+                Verdict::Met => {}
+                Verdict::Wait => return Gate::Dependency,
+                Verdict::Never => return Gate::Never,
+            }
+        }
+        Gate::Queued
+    }
+
+    /// What became of a dependency's target (`None`: no record of it left).
+    fn progress(&self, t: &Target) -> Option<Progress> {
+        match t {
+            Target::Job(id) => self.find(*id).map(|f| progress_of(f.state())),
+            // Refused at submission until arrays exist.
+            Target::Task(..) => None,
+        }
+    }
+
+    /// `singleton`: no job of the same owner and name runs, and no earlier
+    /// pending one asks for the same (only the oldest is let through, so
+    /// two never start in one pass).
+    fn singleton_clear(&self, job: &Job) -> bool {
+        let earlier = self
+            .singles
+            .get(&(job.uid, job.name.clone()))
+            .is_some_and(|s| s.range(..job.id).next().is_some());
+        !earlier
+            && !self.sched.running_ids().any(|r| {
+                self.jobs
+                    .get(&r)
+                    .is_some_and(|j| j.uid == job.uid && j.name == job.name)
+            })
+    }
+
+    /// Pending job `job`, just queued or loaded, is looked at when the jobs
+    /// it depends on move.
+    pub(super) fn watch(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let Some(a) = job.after() else {
+            return;
+        };
+        let targets: Vec<JobId> = a.dependency.targets().collect();
+        let single = a
+            .dependency
+            .has_singleton()
+            .then(|| (job.uid, job.name.clone()));
+        for t in targets {
+            self.waiters.entry(t).or_default().push(id);
+        }
+        if let Some(key) = single {
+            self.singles.entry(key).or_default().insert(id);
+        }
+    }
+
+    /// Job `id` left the pending state: no longer a singleton in line.
+    pub(super) fn unwatch(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if !job.after().is_some_and(|a| a.dependency.has_singleton()) {
+            return;
+        }
+        let key = (job.uid, job.name.clone());
+        if let Some(set) = self.singles.get_mut(&key) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.singles.remove(&key);
+            }
+        }
+    }
+
+    /// Job `id` started or ended: the jobs that wait on it are looked at
+    /// again (and the next singleton of its owner and name). One whose
+    /// dependency can never be met and that asked to be cancelled then is
+    /// ended, recorded, and those waiting on it are looked at in turn.
+    pub(super) fn wake(&mut self, id: JobId) -> Woken {
+        let mut woken = Woken::default();
+        let mut work = vec![id];
+        while let Some(id) = work.pop() {
+            let Some(found) = self.find(id) else {
+                continue;
+            };
+            let ended = found.state().is_final();
+            let mut waiting = if ended {
+                self.waiters.remove(&id).unwrap_or_default()
+            } else {
+                self.waiters.get(&id).cloned().unwrap_or_default()
+            };
+            if let Some(j) = self.jobs.get(&id) {
+                if let Some(first) = self
+                    .singles
+                    .get(&(j.uid, j.name.clone()))
+                    .and_then(|s| s.first())
+                {
+                    waiting.push(*first);
+                }
+            }
+            for w in waiting {
+                woken.queued |= self.regate(w);
+                if self.settle(w) {
+                    woken.ended.push(w);
+                    work.push(w);
+                }
+            }
+        }
+        woken
+    }
+
+    /// Cancels pending job `id` if its dependency can never be met and it
+    /// asked for that (`--kill-on-invalid-dep=yes`). Whether it was.
+    pub(super) fn settle(&mut self, id: JobId) -> bool {
+        let doomed = self.jobs.get(&id).is_some_and(|j| {
+            j.gate() == Gate::Never && j.after().is_some_and(|a| a.kill_on_invalid)
+        });
+        if !doomed {
+            return false;
+        }
+        let job = match self.full(id) {
+            Ok(Some(j)) => j.cancelled_dependency(now_usec()),
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::error!("job {id}: reading its record to cancel it: {e:#}; it waits");
+                return false;
+            }
+        };
+        if let Err(e) = self.store.save([&job]) {
+            tracing::error!("job {id}: recording its cancel failed: {e:#}; it waits");
+            return false;
+        }
+        self.sched.dequeue(id);
+        self.pending_done(id);
+        let had_output = self.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());
+        if had_output {
+            crate::daemon::output::unstore(id);
+        }
+        tracing::info!(
+            job = id,
+            "job {id} CANCELLED: its dependency can never be met"
+        );
+        true
+    }
+
+    /// Brings pending job `id`'s place up to date: queued for the scheduler
+    /// when nothing keeps it out, out of the queue when something does.
+    /// Whether it was queued now (a pass may start it).
+    pub(super) fn regate(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        if job.state() != JobState::Pending {
+            return false;
+        }
+        let gate = self.gate_for(job);
+        let queued = self.sched.is_pending(id);
+        let mut added = false;
+        if gate == Gate::Queued && !queued {
+            self.sched
+                .enqueue_for(id, job.demand.clone(), job.submission());
+            added = true;
+        } else if gate != Gate::Queued && queued {
+            self.sched.dequeue(id);
+        }
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.set_gate(gate);
+        }
+        added
+    }
+
+    /// Pending `job` as changed by its owner or an admin (a hold, a
+    /// release): on disk first, then in memory and in or out of the queue.
+    pub(super) fn change_pending(&mut self, job: Job) -> ApiResult<()> {
+        self.store.save([&job]).map_err(ApiError::from)?;
+        let id = job.id;
+        self.jobs.insert(id, job);
+        self.regate(id);
+        Ok(())
+    }
+
+    /// Why pending job `id` waits: what keeps it out of the queue, or
+    /// what the scheduler's last pass left.
+    pub fn reason(&self, id: JobId) -> Option<Reason> {
+        match self.jobs.get(&id).and_then(|j| j.gate().reason(0)) {
+            Some(r) => Some(r),
+            None => self.sched.reason(id),
+        }
+    }
+}
+
+/// Which hold a caller puts on a job: its owner's own is a user hold;
+/// root's, or an admin's on someone else's job, an admin hold.
+pub fn hold_by(uid: u32, owner: u32) -> Hold {
+    if uid == owner && uid != 0 {
+        Hold::User
+    } else {
+        Hold::Admin
+    }
+}
+
+impl<U: Units> Daemon<U> {
+    /// Holds pending job `id` (`admin`: the caller passed polkit for other
+    /// users' jobs). Whether it was not held that way before.
+    pub async fn hold(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<bool> {
+        let mut st = self.state.lock().await;
+        if self.sight_of(&st, uid, id, admin)? != Sight::Own && !admin {
+            return Err(self.not_yours(&st, id, " or an admin may hold it"));
+        }
+        let job = self.pending_job(&st, id, "held")?;
+        let hold = hold_by(uid, job.uid);
+        // An admin's hold stays an admin's hold.
+        if job.hold() == Some(Hold::Admin) || job.hold() == Some(hold) {
+            return Ok(false);
+        }
+        let job = job.with_hold(Some(hold));
+        st.change_pending(job)?;
+        drop(st);
+        self.kick.notify_one();
+        Ok(true)
+    }
+
+    /// Releases pending job `id`'s hold: its owner a user hold, an admin
+    /// (`admin`: polkit, asked by the caller's edge) any. Whether it was held.
+    pub async fn release(&self, uid: u32, id: JobId, admin: bool) -> ApiResult<bool> {
+        let mut st = self.state.lock().await;
+        if self.sight_of(&st, uid, id, admin)? != Sight::Own && !admin {
+            return Err(self.not_yours(&st, id, " or an admin may release it"));
+        }
+        let job = self.pending_job(&st, id, "released")?;
+        match job.hold() {
+            None => return Ok(false),
+            Some(Hold::Admin) if !(admin || uid == 0) => {
+                return Err(ApiError::PermissionDenied(format!(
+                    "job {id} is held by an admin; only an admin may release it"
+                )))
+            }
+            Some(_) => {}
+        }
+        let job = job.with_hold(None);
+        st.change_pending(job)?;
+        drop(st);
+        self.kick.notify_one();
+        Ok(true)
+    }
+
+    /// Tells of what waking jobs did (see [`State::wake`]).
+    pub(super) fn woke(&self, woken: Woken) {
+        for id in woken.ended {
+            self.changed(id, JobState::Cancelled);
+        }
+        if woken.queued {
+            self.kick.notify_one();
+        }
+    }
+
+    /// Pending job `id`'s hold, if it has one (for the edge to know whether
+    /// releasing it needs polkit).
+    pub async fn hold_of(&self, id: JobId) -> Option<Hold> {
+        self.state.lock().await.jobs.get(&id).and_then(Job::hold)
+    }
+
+    /// Job `id`, which must be pending for it to be `done` (held, released...).
+    fn pending_job<'a>(&self, st: &'a State, id: JobId, done: &str) -> ApiResult<&'a Job> {
+        let job = st.jobs.get(&id);
+        match job {
+            Some(j) if j.state() == JobState::Pending => Ok(j),
+            _ => {
+                let state = st.find(id).ok_or_else(|| no_such_job(id))?.state();
+                Err(ApiError::WrongState(format!(
+                    "job {id} is {}; only a pending job can be {done}",
+                    state.name()
+                )))
+            }
+        }
+    }
+}
