@@ -457,7 +457,8 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                 }
                 // Checked here, so that a bad one names its line.
                 "--dependency" | "-d" => {
-                    crate::core::dependency::parse(v).map_err(|e| bad(&e.to_string()))?;
+                    crate::core::dependency::parse(v)
+                        .map_err(|e| bad(&format!("{e}; nothing was queued")))?;
                     from_script.dependency = Some(v.to_string());
                 }
                 "--kill-on-invalid-dep" => match v {
