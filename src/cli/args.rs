@@ -52,6 +52,10 @@ pub enum Command {
     Hold(IdsArgs),
     /// Release held jobs.
     Release(IdsArgs),
+    /// Change a pending job (checked as a submission), or a running job's
+    /// time limit (its owner may lower it; raising it needs an admin), as
+    /// `scontrol update`.
+    Update(UpdateArgs),
     /// Show the per-user limits, or replace them live (admin) with --set FILE (JSON; - for stdin).
     Limits {
         #[arg(long, value_name = "FILE")]
@@ -186,6 +190,32 @@ pub struct LogArgs {
 pub struct CancelArgs {
     #[arg(required = true, num_args = 1..)]
     pub ids: Vec<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    pub id: u64,
+    /// Time limit: seconds, or 45m, 2h, 1h30m.
+    #[arg(short = 't', long = "time-limit")]
+    pub time_limit: Option<String>,
+    /// CPUs.
+    #[arg(short = 'c', long)]
+    pub cpus: Option<u32>,
+    /// Memory budget, e.g. 64G.
+    #[arg(short = 'm', long)]
+    pub mem: Option<String>,
+    /// Number of accelerators.
+    #[arg(short = 'g', long)]
+    pub gpus: Option<u32>,
+    /// Job name.
+    #[arg(short = 'n', long)]
+    pub name: Option<String>,
+    /// Priority adjustment (only root may give a negative one).
+    #[arg(long, allow_negative_numbers = true)]
+    pub nice: Option<i32>,
+    /// A new dependency (as -d at submission); "" clears it.
+    #[arg(short = 'd', long)]
+    pub dependency: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -17,6 +17,7 @@ pub trait Scheduler {
     fn cancel(&self, id: u64) -> zbus::Result<String>;
     fn hold(&self, id: u64) -> zbus::Result<bool>;
     fn release(&self, id: u64) -> zbus::Result<bool>;
+    fn update(&self, id: u64, changes: Dict) -> zbus::Result<()>;
     fn get_job(&self, id: u64) -> zbus::Result<Dict>;
     fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::wire::queue::JobSummary>, bool)>;
     fn list_jobs_by_file_descriptor(&self, filter: Dict) -> zbus::Result<zbus::OwnedFd>;

@@ -2,7 +2,7 @@
 
 use super::admin::{limits, set_disabled, set_max_running, set_policy, share};
 use super::batch::batch;
-use super::cancel::{cancel, hold};
+use super::cancel::{cancel, hold, update};
 use super::info::info;
 use super::log::log;
 use super::queue::queue;
@@ -40,6 +40,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Share { json } => share(json, user).await,
         Command::Hold(a) => hold(a, false, user).await,
         Command::Release(a) => hold(a, true, user).await,
+        Command::Update(a) => update(a, user).await,
         Command::Limits { set } => limits(set.as_deref(), user).await,
     }
 }

@@ -5,7 +5,7 @@
 //! caller's unique bus name as subject.
 
 use super::audience::Audience;
-use super::job::Hold;
+use super::job::{Hold, JobState};
 use super::listing;
 use super::service::{no_such_job, owns, Daemon, Sight};
 use super::spec;
@@ -299,6 +299,36 @@ impl SchedulerApi {
             self.admin_for(conn, &hdr, uid, id, true).await?
         };
         self.daemon.release(uid, id, admin).await
+    }
+
+    /// Changes a job (`time_limit` t, `cpus` u, `mem` t, `gpus` u, `name` s,
+    /// `nice` i, `dependency` s, empty to clear): a pending job's, checked
+    /// as a submission; a running job's time limit only (raised by an admin).
+    async fn update(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        id: u64,
+        changes: Dict,
+    ) -> Result<(), ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let changes = spec::parse_changes(&changes).map_err(|e| ApiError::InvalidArgs(e.0))?;
+        // Raising a running job's time limit needs polkit, even for its owner.
+        let raising = {
+            let st = self.daemon.state.lock().await;
+            st.jobs.get(&id).is_some_and(|j| {
+                j.state() == JobState::Running
+                    && changes
+                        .time_limit_secs
+                        .is_some_and(|t| t > j.demand.time_limit_secs)
+            })
+        };
+        let admin = if raising && uid != 0 {
+            self.authorized(conn, &hdr, uid).await?
+        } else {
+            self.admin_for(conn, &hdr, uid, id, true).await?
+        };
+        self.daemon.update(uid, id, admin, changes).await
     }
 
     /// One job. Command, arguments, environment and directory only for its owner and root.

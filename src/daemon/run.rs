@@ -360,6 +360,17 @@ impl Drop for Served {
     }
 }
 
+/// The manager's runtime unit directory: `/run/systemd/system`, or a user
+/// manager's `$XDG_RUNTIME_DIR/systemd/user`.
+fn runtime_units(user: bool) -> Option<std::path::PathBuf> {
+    if user {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|d| std::path::PathBuf::from(d).join("systemd/user"))
+    } else {
+        Some("/run/systemd/system".into())
+    }
+}
+
 /// Connects to systemd on `conn`, loads state, re-adopts jobs, serves the API
 /// and owns the bus name; the caller then signals readiness.
 pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, Refusal> {
@@ -377,7 +388,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 }
             ))
         })?
-        .with_job_cgroups(cfg.job_cgroups.clone());
+        .with_job_cgroups(cfg.job_cgroups.clone())
+        .with_runtime_units(runtime_units(cfg.settings_user_mode));
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(
             "state directory {}: {e:#}",

@@ -175,14 +175,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         Some(n) => n,
         None => derive_name(&argv, script.is_some()),
     };
-    if name.is_empty()
-        || name.chars().count() > MAX_NAME_CHARS
-        || name.chars().any(char::is_control)
-    {
-        return err(format!(
-            "job name must be 1-{MAX_NAME_CHARS} printable characters"
-        ));
-    }
+    check_name(&name)?;
     let vendor = match r.get::<String>("vendor")? {
         None => None,
         Some(v) if v == "auto" => None,
@@ -227,6 +220,104 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
             None => None,
         },
         kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
+    })
+}
+
+fn check_name(name: &str) -> Result<(), SpecError> {
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
+    {
+        return err(format!(
+            "job name must be 1-{MAX_NAME_CHARS} printable characters"
+        ));
+    }
+    Ok(())
+}
+
+/// What `Update` may change of a job, each as its spec key (`dependency`
+/// empty: clear it). A running job's time limit only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub time_limit_secs: Option<u64>,
+    pub cpus: Option<u32>,
+    pub mem_bytes: Option<u64>,
+    pub gpus: Option<u32>,
+    pub name: Option<String>,
+    pub nice: Option<i32>,
+    /// `Some(None)`: clear it.
+    pub dependency: Option<Option<crate::core::Dependency>>,
+}
+
+/// The spec keys `Update` takes.
+pub const UPDATE_KEYS: [&str; 7] = [
+    "time_limit",
+    "cpus",
+    "mem",
+    "gpus",
+    "name",
+    "nice",
+    "dependency",
+];
+
+impl Changes {
+    /// Whether it changes more than the time limit.
+    pub fn beyond_time_limit(&self) -> bool {
+        let Changes {
+            time_limit_secs: _,
+            cpus,
+            mem_bytes,
+            gpus,
+            name,
+            nice,
+            dependency,
+        } = self;
+        cpus.is_some()
+            || mem_bytes.is_some()
+            || gpus.is_some()
+            || name.is_some()
+            || nice.is_some()
+            || dependency.is_some()
+    }
+}
+
+/// Checks an `Update`'s changes: known keys of the right types, a valid
+/// name and dependency, at least one change. Pure, as [`parse`].
+pub fn parse_changes(map: &HashMap<String, OwnedVariant>) -> Result<Changes, SpecError> {
+    if let Some(k) = map.keys().find(|k| !UPDATE_KEYS.contains(&k.as_str())) {
+        return err(format!(
+            "{k:?} cannot be updated (keys: {})",
+            UPDATE_KEYS.join(", ")
+        ));
+    }
+    if map.is_empty() {
+        return err(format!(
+            "nothing to change: give one of {}",
+            UPDATE_KEYS.join(", ")
+        ));
+    }
+    let r = Reader { map };
+    let name: Option<String> = r.get("name")?;
+    if let Some(n) = &name {
+        check_name(n)?;
+    }
+    let dependency = match r.get::<String>("dependency")? {
+        None => None,
+        Some(d) if d.is_empty() => Some(None),
+        Some(d) => {
+            Some(Some(crate::core::dependency::parse(&d).map_err(|e| {
+                SpecError(format!("spec key \"dependency\": {e}"))
+            })?))
+        }
+    };
+    Ok(Changes {
+        time_limit_secs: r.get("time_limit")?,
+        cpus: r.get("cpus")?,
+        mem_bytes: r.get("mem")?,
+        gpus: r.get("gpus")?,
+        name,
+        nice: r.get("nice")?,
+        dependency,
     })
 }
 

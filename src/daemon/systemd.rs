@@ -16,6 +16,8 @@ use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
 pub trait Manager {
     fn subscribe(&self) -> zbus::Result<()>;
 
+    fn reload(&self) -> zbus::Result<()>;
+
     #[allow(clippy::type_complexity)]
     fn start_transient_unit(
         &self,
@@ -68,7 +70,18 @@ pub struct Systemd {
     /// Whether units have `MemoryPeak` (systemd 256 and later): if not, it
     /// is not asked for (one call fewer per job).
     has_memory_peak: bool,
+    /// The manager's runtime unit directory (`/run/systemd/system`), where
+    /// a running job's new time limit goes as a drop-in (see `set_time_limit`).
+    runtime_units: Option<std::path::PathBuf>,
 }
+
+/// The drop-in that holds a running job's changed time limit, under the
+/// manager's runtime unit directory.
+pub fn time_limit_dropin(runtime_units: &std::path::Path, unit: &str) -> std::path::PathBuf {
+    runtime_units.join(format!("{unit}.d")).join(DROPIN_NAME)
+}
+
+const DROPIN_NAME: &str = "50-xlurm-time-limit.conf";
 
 /// Whether systemd `version` (its `Version` property: `252.39-1~deb12u1`,
 /// `256.7`) has `MemoryPeak`; true when it cannot tell.
@@ -313,6 +326,15 @@ pub trait Units: Send + Sync + 'static {
         &self,
         unit: &str,
     ) -> impl std::future::Future<Output = Result<Option<UnitStatus>>> + Send;
+    /// Gives running `unit` a new time limit (`RuntimeMaxUSec`, counted from
+    /// its start).
+    fn set_time_limit(
+        &self,
+        unit: &str,
+        secs: u64,
+    ) -> impl std::future::Future<Output = Result<()>> + Send;
+    /// Forgets what `set_time_limit` left for `unit` (once it ended).
+    fn forget_time_limit(&self, unit: &str);
 }
 
 impl Systemd {
@@ -331,7 +353,15 @@ impl Systemd {
             manager,
             job_cgroups: None,
             has_memory_peak: has_memory_peak(&version),
+            runtime_units: None,
         })
+    }
+
+    /// Where the manager reads runtime drop-ins (`/run/systemd/system`, or
+    /// `$XDG_RUNTIME_DIR/systemd/user` for a user manager).
+    pub fn with_runtime_units(mut self, dir: Option<std::path::PathBuf>) -> Systemd {
+        self.runtime_units = dir;
+        self
     }
 
     /// Reads running units' memory peak under `dir`, the cgroup directory
@@ -351,6 +381,45 @@ impl Systemd {
 }
 
 impl Units for Systemd {
+    /// systemd cannot change `RuntimeMaxUSec` of a live service over the bus
+    /// (SetUnitProperties refuses it, systemd 252 to 257): a runtime drop-in
+    /// and a reload of the manager do, which re-arms the unit's timer from
+    /// its start (proven in VM scenario 15). A reload takes PID 1 about a
+    /// second under emulation: this is for the rare `xlurm update`, never
+    /// for each job.
+    async fn set_time_limit(&self, unit: &str, secs: u64) -> Result<()> {
+        let dir = self
+            .runtime_units
+            .as_ref()
+            .context("the manager's runtime unit directory is not known")?;
+        let path = time_limit_dropin(dir, unit);
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+        let text = format!(
+            "# xlurm update: the job's time limit, changed while it runs (removed when it ends)\n\
+             [Service]\nRuntimeMaxSec={secs}\n"
+        );
+        crate::daemon::store::write_atomic(parent, DROPIN_NAME, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        self.manager
+            .reload()
+            .await
+            .context("reloading systemd's manager")?;
+        Ok(())
+    }
+
+    fn forget_time_limit(&self, unit: &str) {
+        if let Some(dir) = &self.runtime_units {
+            let path = time_limit_dropin(dir, unit);
+            if std::fs::remove_file(&path).is_ok() {
+                if let Some(parent) = path.parent() {
+                    let _ = std::fs::remove_dir(parent);
+                }
+            }
+        }
+    }
+
     /// Starts `unit` with `props`; fails if systemd refuses the properties or
     /// the unit exists.
     async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {

@@ -100,6 +100,27 @@ impl MemoryUnits {
 }
 
 impl Units for MemoryUnits {
+    /// Recorded as `"time-limit unit secs"`; refused while `refuse_next_start` is set.
+    async fn set_time_limit(&self, unit: &str, secs: u64) -> Result<()> {
+        self.call(&format!("time-limit {secs}"), unit);
+        self.with(|m| match m.refuse_next_start.take() {
+            Some(why) => Err(anyhow::anyhow!(why)),
+            None => Ok(()),
+        })
+    }
+
+    /// Recorded as `"forget-time-limit unit"`, for units given one only.
+    fn forget_time_limit(&self, unit: &str) {
+        let set = self.with(|m| {
+            m.calls
+                .iter()
+                .any(|c| c.starts_with("time-limit ") && c.ends_with(&format!(" {unit}")))
+        });
+        if set {
+            self.call("forget-time-limit", unit);
+        }
+    }
+
     async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
         self.call("start", unit);
         let gate = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();

@@ -95,6 +95,25 @@ impl State {
         }
     }
 
+    /// Whether pending job `from` waits, directly or through others, for
+    /// job `on` (a new dependency of `on` on `from` would be a cycle).
+    pub(super) fn depends_on(&self, from: JobId, on: JobId) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        let mut work = vec![from];
+        while let Some(id) = work.pop() {
+            if id == on {
+                return true;
+            }
+            if !seen.insert(id) {
+                continue;
+            }
+            if let Some(a) = self.jobs.get(&id).and_then(Job::after) {
+                work.extend(a.dependency.targets());
+            }
+        }
+        false
+    }
+
     /// Job `id` left the pending state: no longer a singleton in line.
     pub(super) fn unwatch(&mut self, id: JobId) {
         let Some(job) = self.jobs.get(&id) else {

@@ -28,6 +28,7 @@ mod readopt;
 mod reconcile;
 mod state;
 mod submit;
+mod update;
 
 pub use access::{no_such_job, owns, sight, Sight};
 pub use accounts::{resolve_run_as, Recent};

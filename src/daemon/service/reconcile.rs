@@ -83,6 +83,8 @@ impl<U: Units> Daemon<U> {
         if job.command.script.is_some() {
             let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
         }
+        // A time limit changed while it ran (`xlurm update`) goes with it.
+        self.systemd.forget_time_limit(&job.unit());
         // Collected once nothing waits, or by the 5 s check (see
         // `collect_ended`); never while its unit is all that holds its end.
         if let (true, Ok(mut u)) = (recorded, self.uncollected.lock()) {

@@ -163,7 +163,12 @@ impl<U: Units> Daemon<U> {
 
 impl<U: Units> Daemon<U> {
     /// A dependency may name only jobs that exist and that `uid` may see.
-    fn check_dependency(&self, st: &State, uid: u32, dep: &Dependency) -> Result<(), String> {
+    pub(super) fn check_dependency(
+        &self,
+        st: &State,
+        uid: u32,
+        dep: &Dependency,
+    ) -> Result<(), String> {
         let targets = dep.conds.iter().filter_map(|c| match c {
             Cond::On { target, .. } => Some(target),
             Cond::Singleton => None,

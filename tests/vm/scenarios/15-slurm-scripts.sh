@@ -175,3 +175,26 @@ assert_ne 0 "$rc" "alice releasing an admin's hold"
 assert_contains "$err" "only an admin may release it"
 xlurm release "$held"
 wait_for "[ \"\$(job_state $held)\" = COMPLETED ]" 60
+
+check "xlurm update: a pending job's CPUs; a running job's time limit (RuntimeMaxUSec, live)"
+upd=$(submit alice -H -c 1 --wrap 'echo cpus=$SLURM_CPUS_PER_TASK')
+as_user alice xlurm update "$upd" --cpus 2 --name resized
+as_user alice xlurm release "$upd"
+wait_for "[ \"\$(job_state $upd)\" = COMPLETED ]" 60
+assert_contains "$(as_user alice xlurm log "$upd")" "cpus=2" "the updated job's SLURM_CPUS_PER_TASK"
+assert_eq resized "$(job_field "$upd" name)" "its new name"
+long=$(submit alice -t 10m --wrap 'sleep 300')
+wait_for "[ \"\$(job_state $long)\" = RUNNING ]" 60
+unit=xlurm-job-$long.service
+wait_for "[ \"\$(unit_prop $unit ActiveState)\" = active ]" 30
+assert_eq 10min "$(unit_prop $unit RuntimeMaxUSec)" "RuntimeMaxUSec at the start"
+rc=0; err=$(as_user alice xlurm update "$long" -t 20m 2>&1) || rc=$?
+assert_ne 0 "$rc" "alice raising her running job's time limit"
+assert_contains "$err" "needs the polkit authorization"
+xlurm update "$long" -t 15m
+assert_eq 15min "$(unit_prop $unit RuntimeMaxUSec)" "raised by root, live"
+as_user alice xlurm update "$long" -t 8
+assert_eq 8s "$(unit_prop $unit RuntimeMaxUSec)" "lowered by alice, live"
+wait_for "[ \"\$(job_state $long)\" = TIMEOUT ]" 30
+[ ! -e "/run/systemd/system/$unit.d" ] || fail "the time limit's drop-in outlived the job"
+note "the job ended TIMEOUT at its new limit; its drop-in is gone"

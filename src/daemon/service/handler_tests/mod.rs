@@ -428,3 +428,4 @@ mod access;
 mod budgets;
 mod fairness;
 mod slurm;
+mod update;

@@ -1,0 +1,192 @@
+//! Update (`xlurm update`, Slurm's `scontrol update`): a pending job's
+//! resources, time limit, name, nice and dependency, checked as a
+//! submission is; a running job's time limit, lowered by its owner or
+//! raised by an admin.
+
+use super::*;
+use crate::core::{Demand, Request};
+use crate::daemon::job::After;
+use crate::daemon::spec::Changes;
+
+/// The request that gives `d` again (a default memory budget stays the
+/// default, so that it follows a new CPU count).
+fn request_of(d: &Demand) -> Request {
+    Request {
+        cpus: d.cpus,
+        mem_bytes: (!d.mem_default).then_some(d.mem_bytes),
+        devices: d.devices.clone(),
+        exclusive: d.exclusive,
+        numa_local: d.numa_local,
+        time_limit_secs: Some(d.time_limit_secs),
+    }
+}
+
+impl<U: Units> Daemon<U> {
+    /// Changes job `id` as `changes` asks. `admin`: the caller passed polkit
+    /// (for someone else's job, and to raise a running job's time limit).
+    pub async fn update(
+        &self,
+        uid: u32,
+        id: JobId,
+        admin: bool,
+        changes: Changes,
+    ) -> ApiResult<()> {
+        let st = self.state.lock().await;
+        if self.sight_of(&st, uid, id, admin)? != Sight::Own && !admin {
+            return Err(self.not_yours(&st, id, " or an admin may update it"));
+        }
+        let state = st.find(id).ok_or_else(|| no_such_job(id))?.state();
+        match state {
+            JobState::Pending => self.update_pending(st, uid, id, changes),
+            JobState::Running => self.update_running(st, uid, id, admin, changes).await,
+            s => Err(ApiError::WrongState(format!(
+                "job {id} already ended ({})",
+                s.name()
+            ))),
+        }
+    }
+
+    fn update_pending(
+        &self,
+        mut st: tokio::sync::MutexGuard<'_, State>,
+        uid: u32,
+        id: JobId,
+        ch: Changes,
+    ) -> ApiResult<()> {
+        let job = st.jobs.get(&id).ok_or_else(|| no_such_job(id))?;
+        let mut req = request_of(&job.demand);
+        if let Some(c) = ch.cpus {
+            req.cpus = c;
+        }
+        if let Some(m) = ch.mem_bytes {
+            req.mem_bytes = Some(m);
+        }
+        if let Some(g) = ch.gpus {
+            if !req.devices.ids.is_empty() && g as usize != req.devices.ids.len() {
+                return Err(ApiError::InvalidRequest(format!(
+                    "job {id} asks for devices by ID ({:?}): a new count needs new IDs; cancel and submit it again",
+                    req.devices.ids
+                )));
+            }
+            req.devices.count = g;
+        }
+        if let Some(t) = ch.time_limit_secs {
+            req.time_limit_secs = Some(t);
+        }
+        // Checked as a submission is.
+        let demand = st
+            .sched
+            .validate(&req)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        // A nice an admin gave stays when its owner changes something else.
+        if let Some(n) = ch.nice {
+            crate::core::priority::check_nice(n, uid == 0)
+                .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
+        }
+        let nice = ch.nice.unwrap_or(job.nice);
+        let owner = crate::core::Owner {
+            uid: job.uid,
+            gid: job.gid,
+        };
+        st.sched
+            .check_submit(owner, &demand)
+            .map_err(|e| ApiError::LimitExceeded(format!("{} {e}", job.user)))?;
+        let after = match ch.dependency {
+            None => job.after().cloned(),
+            Some(None) => None,
+            Some(Some(dependency)) => {
+                // Seen as its owner sees the queue; never a cycle.
+                self.check_dependency(&st, job.uid, &dependency)
+                    .map_err(ApiError::InvalidArgs)?;
+                if let Some(t) = dependency.targets().find(|t| st.depends_on(*t, id)) {
+                    return Err(ApiError::InvalidArgs(format!(
+                        "dependency on job {t}: job {t} waits for job {id} (directly or not), so neither could start"
+                    )));
+                }
+                Some(After {
+                    dependency,
+                    kill_on_invalid: job.after().is_some_and(|a| a.kill_on_invalid),
+                })
+            }
+        };
+        let mut new = job.with_after(after);
+        new.demand = demand;
+        new.nice = nice;
+        if let Some(n) = ch.name {
+            new.name = n;
+        }
+        // On disk first: an update that could not be recorded changes nothing.
+        st.store.save([&new]).map_err(ApiError::from)?;
+        st.pending_done(id);
+        st.sched.dequeue(id);
+        st.jobs.insert(id, new.clone());
+        st.pending_added(&new);
+        st.watch(id);
+        st.regate(id);
+        let woken = super::gate::Woken {
+            ended: st.settle(id).then_some(id).into_iter().collect(),
+            queued: true,
+        };
+        drop(st);
+        self.woke(woken);
+        Ok(())
+    }
+
+    async fn update_running(
+        &self,
+        mut st: tokio::sync::MutexGuard<'_, State>,
+        uid: u32,
+        id: JobId,
+        admin: bool,
+        ch: Changes,
+    ) -> ApiResult<()> {
+        let job = st.jobs.get(&id).ok_or_else(|| no_such_job(id))?;
+        if ch.beyond_time_limit() {
+            return Err(ApiError::WrongState(format!(
+                "job {id} is running: only its time limit can change now (as in Slurm)"
+            )));
+        }
+        let Some(secs) = ch.time_limit_secs else {
+            return Err(ApiError::InvalidArgs("nothing to change".into()));
+        };
+        let max = st.sched.limits().max_lifetime_secs;
+        if secs == 0 || secs > max {
+            return Err(ApiError::InvalidRequest(format!(
+                "a time limit of {secs} s: jobs here may run 1 s to {max} s (--max-lifetime)"
+            )));
+        }
+        let before = job.demand.time_limit_secs;
+        if secs > before && !(admin || uid == 0) {
+            return Err(ApiError::PermissionDenied(format!(
+                "raising a running job's time limit needs the polkit authorization {} (an admin); its owner may lower it",
+                crate::daemon::api::ACTION_MANAGE
+            )));
+        }
+        if secs == before {
+            return Ok(());
+        }
+        let mut new = job.clone();
+        new.demand.time_limit_secs = secs;
+        let (old, unit, start) = (job.clone(), job.unit(), job.start_usec());
+        // On disk first, then systemd; if systemd refuses, the record goes back.
+        st.store.save([&new]).map_err(ApiError::from)?;
+        st.jobs.insert(id, new);
+        if let Err(e) = self.systemd.set_time_limit(&unit, secs).await {
+            if let Err(e) = st.store.save([&old]) {
+                tracing::error!(job = id, "putting back its record failed: {e:#}");
+            }
+            st.jobs.insert(id, old);
+            return Err(ApiError::Failed(format!(
+                "systemd did not take the new time limit: {e:#}"
+            )));
+        }
+        st.sched.set_deadline(id, start / 1_000_000 + secs);
+        drop(st);
+        tracing::info!(
+            job = id,
+            "job {id}: time limit {before} s -> {secs} s, by uid {uid}"
+        );
+        self.kick.notify_one();
+        Ok(())
+    }
+}
