@@ -115,6 +115,8 @@ impl Rec {
             output: self.output,
             nice: 0,
             gid: u32::MAX,
+            requeue: false,
+            restarts: 0,
             stage,
         }
     }

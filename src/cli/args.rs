@@ -102,6 +102,10 @@ pub struct ResourceArgs {
     /// Queue the job held: it waits until `xlurm release ID`.
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// (xbatch) Queue the job again, keeping its ID, if it is lost (its unit
+    /// vanished, e.g. in a reboot), up to 5 times; without it LOST is final.
+    #[arg(long)]
+    pub requeue: bool,
     /// Start only after other jobs: afterok:ID[:ID...], afternotok, afterany,
     /// after, singleton; `,` all of them, `?` any (as sbatch -d).
     #[arg(short = 'd', long, value_name = "DEPENDENCY")]

@@ -215,6 +215,13 @@ fn job_text(job: &Dict) -> String {
     if !dependency.is_empty() {
         line("Dependency", dependency);
     }
+    match get::<u32>(job, "restart_count") {
+        Some(n) if n > 0 => line("Restarts", format!("{n} (queued again after it was lost)")),
+        _ if get::<bool>(job, "requeue") == Some(true) => {
+            line("Requeue", "yes (queued again if lost)".into())
+        }
+        _ => {}
+    }
     let hold = get_str(job, "hold");
     if !hold.is_empty() {
         line("Hold", format!("{hold} (xlurm release {id})"));

@@ -20,6 +20,11 @@ pub fn exit_code_of(job: &Dict) -> i32 {
 }
 
 pub(super) async fn run(mut a: SubmitArgs, user: bool) -> Result<i32> {
+    if a.res.requeue {
+        anyhow::bail!(
+            "--requeue is for batch jobs (xbatch), as in Slurm: xrun waits for its one run"
+        );
+    }
     let p = connect(user).await?;
     let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, a.command.clone(), None)?;

@@ -136,7 +136,6 @@ const SBATCH_IGNORED: &[&str] = &[
     "--get-user-env",
     "--no-kill",
     "-k",
-    "--no-requeue",
     "--priority",
     "--time-min",
     "--delay-boot",
@@ -452,6 +451,9 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                     from_script.output = Some(v.to_string());
                 }
                 "--hold" | "-H" if value.is_none() => from_script.hold = true,
+                "--requeue" if value.is_none() => from_script.requeue = true,
+                // xlurm's default, as Slurm's with JobRequeue=0.
+                "--no-requeue" if value.is_none() => from_script.requeue = false,
                 "--dependency" | "-d" if v.is_empty() => {
                     return Err(bad("the dependency is empty"))
                 }
@@ -500,6 +502,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
     res.nice = res.nice.or(from_script.nice);
     res.exclusive |= from_script.exclusive;
     res.hold |= from_script.hold;
+    res.requeue |= from_script.requeue;
     res.dependency = res.dependency.take().or(from_script.dependency);
     res.kill_on_invalid_dep = res
         .kill_on_invalid_dep

@@ -152,6 +152,7 @@ fn sbatch_slurm_only_options_are_warned_about_with_their_values() {
     );
     assert!(!res.exclusive, "--exclusive=user is not --exclusive");
     assert_eq!(res.nice, Some(5), "--nice is honoured");
+    assert!(!res.requeue, "--no-requeue is honoured (the default)");
     let ignored: Vec<&str> = w
         .iter()
         .map(|w| {
@@ -165,7 +166,6 @@ fn sbatch_slurm_only_options_are_warned_about_with_their_values() {
         [
             "--partition=gpu",
             "-A proj",
-            "--no-requeue",
             "--mail-type=END",
             "-e err.txt",
             "--qos=high",
@@ -282,11 +282,10 @@ fn sbatch_directives_that_change_what_runs_are_errors_naming_the_line() {
 }
 
 #[test]
-fn sbatch_arrays_and_requeue_are_not_supported_yet() {
+fn sbatch_arrays_are_not_supported_yet() {
     for (lines, shown) in [
         ("#SBATCH --array=0-9%2", "--array=0-9%2"),
         ("#SBATCH -a 1-3", "-a 1-3"),
-        ("#SBATCH --requeue", "--requeue"),
     ] {
         let e = sbatch_error(lines);
         let want = format!("line 2: #SBATCH {shown}: not supported yet");
@@ -302,6 +301,8 @@ fn sbatch_dependencies_and_holds_are_honoured_and_a_bad_one_names_its_line() {
     );
     assert_eq!(res.dependency.as_deref(), Some("afterok:12:13,afterany:14"));
     assert_eq!(res.kill_on_invalid_dep.as_deref(), Some("yes"));
+    assert!(sbatch("#SBATCH --requeue").requeue);
+    assert!(!sbatch("#SBATCH --no-requeue").requeue);
     let res = sbatch("#SBATCH -d singleton -H -c 2");
     assert_eq!(res.dependency.as_deref(), Some("singleton"));
     assert!(res.hold);

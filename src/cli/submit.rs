@@ -153,6 +153,9 @@ pub(super) fn spec_from(
     if res.hold {
         add(entry("hold", true));
     }
+    if res.requeue {
+        add(entry("requeue", true));
+    }
     if let Some(d) = &res.dependency {
         add(entry("dependency", d.as_str()));
     }

@@ -37,6 +37,8 @@ pub struct Spec {
     pub dependency: Option<crate::core::Dependency>,
     /// `--kill-on-invalid-dep=yes`.
     pub kill_on_invalid_dep: bool,
+    /// `--requeue`: queued again if LOST.
+    pub requeue: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -220,6 +222,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
             None => None,
         },
         kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
+        requeue: r.get("requeue")?.unwrap_or(false),
     })
 }
 

@@ -64,7 +64,7 @@ pub fn reserved_env(name: &str) -> bool {
 /// ones, which only a job holding devices gets. All are reserved: a
 /// forwarded value (from a shell inside another job, say) is replaced, or
 /// dropped where this job has none (a CPU job gets no `SLURM_JOB_GPUS`).
-pub const SLURM_VARIABLES: [&str; 18] = [
+pub const SLURM_VARIABLES: [&str; 19] = [
     "SLURM_JOB_ID",
     "SLURM_JOBID",
     "SLURM_JOB_NAME",
@@ -83,6 +83,7 @@ pub const SLURM_VARIABLES: [&str; 18] = [
     "SLURM_TASKS_PER_NODE",
     "SLURM_NODELIST",
     "SLURM_JOB_NODELIST",
+    "SLURM_RESTART_COUNT",
 ];
 
 /// Set only for a job holding devices (Slurm leaves them unset otherwise).
@@ -176,6 +177,7 @@ pub fn slurm_variables(job: &Job, node: &str) -> Vec<(String, String)> {
         "1".into(),
         node.to_string(),
         node.to_string(),
+        job.restarts.to_string(),
     ];
     let mut vars: Vec<(String, String)> = SLURM_VARIABLES
         .iter()

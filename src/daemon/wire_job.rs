@@ -31,6 +31,8 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "exclusive", job.demand.exclusive);
     put(&mut m, "numa_local", job.demand.numa_local);
     put(&mut m, "devices_requested", job.devices_requested());
+    put(&mut m, "requeue", job.requeue);
+    put(&mut m, "restart_count", u32::from(job.restarts));
     if let Some(h) = job.hold() {
         put(&mut m, "hold", h.name());
     }

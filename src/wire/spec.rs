@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 19] = [
+pub const KEYS: [(&str, &str); 20] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -25,6 +25,7 @@ pub const KEYS: [(&str, &str); 19] = [
     ("hold", "b"),
     ("dependency", "s"),
     ("kill_on_invalid_dep", "b"),
+    ("requeue", "b"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

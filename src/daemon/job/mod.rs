@@ -114,8 +114,17 @@ pub struct Job {
     /// Its owner's primary group when submitted (for group limits);
     /// `u32::MAX` when not known (records written before it was kept).
     pub gid: u32,
+    /// `--requeue`: queued again, keeping its ID, if it is LOST (its unit
+    /// vanished, say in a reboot) instead of ending there.
+    pub requeue: bool,
+    /// How often it was queued again (`SLURM_RESTART_COUNT`).
+    pub restarts: u8,
     pub stage: Stage,
 }
+
+/// How often a `--requeue` job is queued again before LOST is final
+/// (Slurm's `MaxBatchRequeue` default).
+pub const MAX_REQUEUES: u8 = 5;
 
 /// A job's `--output` copy (see `daemon::output`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +233,8 @@ impl Job {
             output,
             nice: 0,
             gid: u32::MAX,
+            requeue: false,
+            restarts: 0,
             stage: Stage::Pending(Waiting::default()),
         }
     }
@@ -367,6 +378,8 @@ impl Job {
     pub fn keeps_env(&self) -> bool {
         match &self.stage {
             Stage::Pending(_) => true,
+            // It may run again.
+            Stage::Running(_) if self.requeue => true,
             Stage::Running(r) => r.invocation_id.is_empty(),
             Stage::Ended(_) => false,
         }

@@ -40,6 +40,10 @@ struct Out<'a> {
     dependency: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     kill_on_invalid_dep: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    requeue: bool,
+    #[serde(skip_serializing_if = "is_zero")]
+    restarts: u8,
 }
 
 /// A record as read.
@@ -73,6 +77,10 @@ pub(super) struct In {
     dependency: Option<String>,
     #[serde(default)]
     kill_on_invalid_dep: bool,
+    #[serde(default)]
+    requeue: bool,
+    #[serde(default)]
+    restarts: u8,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -125,6 +133,8 @@ impl Serialize for Job {
             hold: self.hold(),
             dependency: self.after().map(|a| a.dependency.to_string()),
             kill_on_invalid_dep: self.after().is_some_and(|a| a.kill_on_invalid),
+            requeue: self.requeue,
+            restarts: self.restarts,
         }
         .serialize(s)
     }
@@ -185,6 +195,8 @@ impl TryFrom<In> for Job {
             output: r.output,
             nice: r.nice,
             gid: r.gid,
+            requeue: r.requeue,
+            restarts: r.restarts,
             stage,
         })
     }

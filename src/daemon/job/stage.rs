@@ -319,6 +319,22 @@ impl Job {
         self.ended(JobState::Cancelled, outcome, now)
     }
 
+    /// A `--requeue` job that was LOST, queued again with its ID: pending,
+    /// one restart more. Its `--output` copy went with the lost run.
+    pub fn requeued(&self) -> Job {
+        let mut j = Job {
+            stage: Stage::Pending(Waiting::default()),
+            restarts: self.restarts.saturating_add(1),
+            ..self.clone()
+        };
+        if let Some(o) = j.output.as_mut().filter(|o| o.error.is_empty()) {
+            o.error = "the copy went with the run that was lost; \
+                       the output is in the journal: xlurm log"
+                .into();
+        }
+        j
+    }
+
     /// A pending job its owner (or an admin, `by`) cancelled before it started.
     pub fn cancelled_pending(&self, by: u32, now: u64) -> Job {
         let outcome = Outcome {
@@ -404,7 +420,9 @@ impl Job {
             return false;
         }
         r.invocation_id = invocation;
-        self.command.env = None;
+        if !self.requeue {
+            self.command.env = None;
+        }
         true
     }
 

@@ -3,7 +3,7 @@
 //! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
 //! take the caller's uid as an argument so they can be tested without a bus.
 
-use super::job::{Brief, Command, Ended, Heard, Job, JobState, Outcome, Strings};
+use super::job::{Brief, Command, Ended, Heard, Job, JobState, Outcome, Strings, MAX_REQUEUES};
 use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
 use super::store::{Loaded, Store};

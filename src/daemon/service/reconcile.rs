@@ -48,6 +48,11 @@ impl<U: Units> Daemon<U> {
         if job.is_final() {
             return;
         }
+        if state == JobState::Lost && job.requeue && job.restarts < MAX_REQUEUES {
+            let job = job.requeued();
+            self.requeue(st, job, &outcome.detail);
+            return;
+        }
         let why = outcome.detail.clone();
         // In memory even if it cannot be recorded: the job did end, and its
         // unit, kept uncollected, holds the end for the next start.
@@ -90,6 +95,45 @@ impl<U: Units> Daemon<U> {
         if let (true, Ok(mut u)) = (recorded, self.uncollected.lock()) {
             u.push((job.unit(), unit_state.map(str::to_string)));
         }
+        self.kick.notify_one();
+    }
+
+    /// `job`, LOST and asked for `--requeue`, queued again with its ID (see
+    /// [`Job::requeued`]): recorded, its resources freed, gated as a new
+    /// submission. If the record cannot be written it stays running in
+    /// memory and the next look at its unit tries again.
+    fn requeue(&self, mut st: tokio::sync::MutexGuard<'_, State>, job: Job, why: &str) {
+        let id = job.id;
+        if let Err(e) = st.store.save([&job]) {
+            tracing::error!(
+                job = id,
+                "queueing it again after it was lost failed: {e:#}"
+            );
+            return;
+        }
+        st.sched.finish_at(id, now_usec() / 1_000_000);
+        let restarts = job.restarts;
+        st.jobs.insert(id, job);
+        if let Some(j) = st.jobs.get(&id) {
+            let j = j.clone();
+            st.pending_added(&j);
+        }
+        st.watch(id);
+        st.regate(id);
+        if let Some(j) = st.jobs.get_mut(&id) {
+            j.detach();
+        }
+        // Those waiting on it see it pending again.
+        let woken = st.wake(id);
+        drop(st);
+        tracing::warn!(
+            job = id,
+            "job {id} was lost ({why}); queued again as it asked (--requeue), restart {restarts} of at most {MAX_REQUEUES}"
+        );
+        self.systemd
+            .forget_time_limit(&crate::unit_name::of_job(id));
+        self.changed(id, JobState::Pending);
+        self.woke(woken);
         self.kick.notify_one();
     }
 

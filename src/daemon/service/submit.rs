@@ -100,6 +100,7 @@ impl<U: Units> Daemon<U> {
             );
             job.nice = spec.nice;
             job.gid = gid;
+            job.requeue = spec.requeue;
             if spec.hold {
                 job = job.with_hold(Some(Hold::User));
             }

@@ -8,7 +8,8 @@
 # `xlurmd --cancel-grace` (SIGTERM, then SIGKILL after it: the unit's TimeoutStopUSec)
 # and `xbatch --version`. Dependencies (afterok chain in order, afternotok after a
 # failure only, DependencyNeverSatisfied, --kill-on-invalid-dep, across a restart of
-# xlurmd) and holds (user and admin) on real systemd.
+# xlurmd) and holds (user and admin), xlurm update (a running job's RuntimeMaxUSec live),
+# --requeue after a unit vanished while xlurmd was down, on real systemd.
 # timeout: 420
 set -euo pipefail
 . "$XLURM_VM_LIB"
@@ -84,7 +85,7 @@ assert_contains "$(as_user alice xqueue "$id")" "devices cpu" "without -g a job 
 check "directives that change what runs or how often queue nothing, naming the line"
 before=$(alice_jobs)
 for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=aftercorr:$id" \
-    "--requeue" "--chdir=/tmp"; do
+    "--chdir=/tmp"; do
     as_user_sh alice "printf '#!/bin/bash\n# a comment\n#SBATCH $directive\necho ran > ~/forbidden.out\n' > ~/forbidden.sh"
     rc=0; err=$(as_user alice xbatch -g 0 forbidden.sh 2>&1) || rc=$?
     echo "$err"
@@ -116,7 +117,7 @@ stubborn=
 
 # job_field ID KEY: a number or string of the job's GetJob record (as root).
 job_field() {
-    "${XB[@]}" GetJob t "$1" | grep -o "\"$2\" [st] \(\"[^\"]*\"\|[0-9]*\)" | head -1 | cut -d' ' -f3- | tr -d '"'
+    "${XB[@]}" GetJob t "$1" | grep -o "\"$2\" [a-z] \(\"[^\"]*\"\|[0-9]*\)" | head -1 | cut -d' ' -f3- | tr -d '"'
 }
 # submit USER ARGS...: xbatch as USER; prints the job ID.
 submit() {
@@ -198,3 +199,21 @@ assert_eq 8s "$(unit_prop $unit RuntimeMaxUSec)" "lowered by alice, live"
 wait_for "[ \"\$(job_state $long)\" = TIMEOUT ]" 30
 [ ! -e "/run/systemd/system/$unit.d" ] || fail "the time limit's drop-in outlived the job"
 note "the job ended TIMEOUT at its new limit; its drop-in is gone"
+
+check "--requeue: a job whose unit vanished while xlurmd was down is queued again; others end LOST"
+again=$(submit alice --requeue --wrap 'echo "run $SLURM_RESTART_COUNT"; sleep 300')
+once=$(submit alice --wrap 'sleep 300')
+wait_for "[ \"\$(job_state $again)\" = RUNNING ] && [ \"\$(job_state $once)\" = RUNNING ]" 60
+wait_for "as_user alice xlurm log $again | grep -q 'run 0'" 30
+systemctl stop xlurmd
+systemctl stop "xlurm-job-$again.service" "xlurm-job-$once.service"
+systemctl reset-failed "xlurm-job-$again.service" "xlurm-job-$once.service" 2>/dev/null || true
+systemctl start xlurmd
+assert_eq LOST "$(job_state "$once")" "the job without --requeue"
+wait_for "[ \"\$(job_state $again)\" = RUNNING ]" 60
+assert_eq 1 "$(job_field "$again" restart_count)" "its restart count"
+wait_for "as_user alice xlurm log $again | grep -q 'run 1'" 30
+assert_contains "$(as_user alice xqueue "$again")" "Restarts: 1"
+as_user alice xcancel "$again"
+wait_for "[ \"\$(job_state $again)\" = CANCELLED ]" 30
+note "queued again with its ID, ran with SLURM_RESTART_COUNT=1"

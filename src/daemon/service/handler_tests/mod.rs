@@ -114,6 +114,23 @@ async fn running_job(d: &Arc<Daemon<MemoryUnits>>) -> (JobId, String) {
     panic!("{unit} never ran");
 }
 
+/// Waits until job `id`'s unit runs (its start is no longer in flight).
+pub(super) async fn until_runs(d: &Arc<Daemon<MemoryUnits>>, id: JobId) {
+    let unit = crate::unit_name::of_job(id);
+    for _ in 0..1000 {
+        if d.systemd.unit(&unit).is_some() && !job(d, id).await.invocation_id().is_empty() {
+            return;
+        }
+        d.reconcile(id).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "{unit} never ran: {:?} {:?}",
+        job(d, id).await,
+        d.systemd.m.lock().unwrap().calls
+    );
+}
+
 /// The jobs a fresh load of the store in `dir` finds, by ID: what a restart sees.
 fn on_disk(dir: &std::path::Path) -> BTreeMap<JobId, JobState> {
     let copy = tempfile::tempdir().unwrap();
@@ -427,5 +444,6 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
 mod access;
 mod budgets;
 mod fairness;
+mod requeue;
 mod slurm;
 mod update;

@@ -146,23 +146,6 @@ async fn submit(d: &Arc<Daemon<MemoryUnits>>, uid: u32, spec: Spec) -> JobId {
 
 /// Ends running job `id` with exit `status` (0: COMPLETED, else FAILED) and
 /// waits for the end to be recorded.
-/// Waits until job `id`'s unit runs (its start is no longer in flight).
-async fn until_runs(d: &Arc<Daemon<MemoryUnits>>, id: JobId) {
-    let unit = crate::unit_name::of_job(id);
-    for _ in 0..1000 {
-        if d.systemd.unit(&unit).is_some() && !job(d, id).await.invocation_id().is_empty() {
-            return;
-        }
-        d.reconcile(id).await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!(
-        "{unit} never ran: {:?} {:?}",
-        job(d, id).await,
-        d.systemd.m.lock().unwrap().calls
-    );
-}
-
 async fn end(d: &Arc<Daemon<MemoryUnits>>, id: JobId, status: i32) {
     let unit = crate::unit_name::of_job(id);
     until_runs(d, id).await;
