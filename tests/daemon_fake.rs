@@ -302,12 +302,12 @@ async fn jobs_get_slurms_variables_and_the_cancel_grace_and_one_device_by_defaul
     );
     let err = xbatch(&e, &["-x", "0", "--wrap", "true"], &[]).unwrap_err();
     assert!(err.contains("-g defaults to 1"), "{err}");
-    // A forbidden #SBATCH line queues nothing.
+    // A #SBATCH line xlurm cannot honour queues nothing.
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("array.sh");
     std::fs::write(
         &script,
-        "#!/bin/bash\n#SBATCH --array=1-3\necho $SLURM_ARRAY_TASK_ID\n",
+        "#!/bin/bash\n#SBATCH --array=3-1\necho $SLURM_ARRAY_TASK_ID\n",
     )
     .unwrap();
     let ids = || {
@@ -321,7 +321,8 @@ async fn jobs_get_slurms_variables_and_the_cancel_grace_and_one_device_by_defaul
     let before = ids();
     let err = xbatch(&e, &[script.to_str().unwrap()], &[]).unwrap_err();
     assert!(
-        err.contains("line 2: #SBATCH --array=1-3: not supported yet"),
+        err.contains("line 2: #SBATCH --array=3-1: array range")
+            && err.contains("nothing was queued"),
         "{err}"
     );
     assert_eq!(ids(), before, "nothing queued");
@@ -1472,6 +1473,7 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         entry("hold", true),
         entry("dependency", format!("afterany:{running}")),
         entry("kill_on_invalid_dep", true),
+        entry("array", "1-4%2"),
     ]);
     let (held, _) = c.submit(s).await.unwrap();
     seen_job.extend(keys(&cli_json(&e, &["queue", &held.to_string(), "--json"])));

@@ -102,6 +102,10 @@ pub struct ResourceArgs {
     /// Queue the job held: it waits until `xlurm release ID`.
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// (xbatch) A job array: one task per index, e.g. 0-99, 0-99:2, 1,3,5-7,
+    /// with %N for at most N running at once (SLURM_ARRAY_TASK_ID in each).
+    #[arg(short = 'a', long, value_name = "INDICES")]
+    pub array: Option<String>,
     /// (xbatch) Queue the job again, keeping its ID, if it is lost (its unit
     /// vanished, e.g. in a reboot), up to 5 times; without it LOST is final.
     #[arg(long)]
@@ -145,8 +149,8 @@ pub struct BatchArgs {
 
 #[derive(Debug, Args)]
 pub struct QueueArgs {
-    /// Show one job in detail.
-    pub id: Option<u64>,
+    /// Show one job in detail (an array's task: 123_4).
+    pub id: Option<String>,
     /// Include finished jobs.
     #[arg(short = 'a', long)]
     pub all: bool,
@@ -169,14 +173,15 @@ pub struct QueueArgs {
     #[arg(long, conflicts_with_all = ["id", "all", "log", "follow"])]
     pub start: bool,
     /// Cancel jobs instead (the same as `xcancel ID...`).
-    #[arg(long, value_name = "ID", num_args = 1..,
+    #[arg(long, value_name = "ID", num_args = 1.., value_parser = job_ref,
           conflicts_with_all = ["id", "all", "mine", "limit", "json", "log", "follow"])]
-    pub cancel: Vec<u64>,
+    pub cancel: Vec<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    pub id: u64,
+    /// A job ID, or an array's task (123_4).
+    pub id: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -184,7 +189,8 @@ pub struct ShowArgs {
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    pub id: u64,
+    /// A job ID, or an array's task (123_4).
+    pub id: String,
     /// Keep printing new output until the job ends.
     #[arg(short = 'f', long)]
     pub follow: bool,
@@ -192,8 +198,34 @@ pub struct LogArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
-    #[arg(required = true, num_args = 1..)]
-    pub ids: Vec<u64>,
+    /// Job IDs; an array's ID cancels all its tasks, 123_4 one task,
+    /// 123_[1-3,7] several.
+    #[arg(required = true, num_args = 1.., value_parser = job_ref)]
+    pub ids: Vec<String>,
+}
+
+/// A job ID as xcancel and xqueue take it, `123`, `123_4` or `123_[1-3,7]`,
+/// in outline (this file stands alone for build.rs; the verbs parse it whole).
+fn job_ref(s: &str) -> Result<String, String> {
+    let (job, task) = match s.split_once('_') {
+        Some((j, t)) => (j, Some(t)),
+        None => (s, None),
+    };
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let tasks = |t: &str| {
+        digits(t)
+            || (t.starts_with('[')
+                && t.ends_with(']')
+                && t.bytes()
+                    .all(|b| b.is_ascii_digit() || b"[]-,:%".contains(&b)))
+    };
+    if digits(job) && task.is_none_or(tasks) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a job ID: give 123, an array's task 123_4, or tasks 123_[1-3,7]"
+        ))
+    }
 }
 
 #[derive(Debug, Args)]

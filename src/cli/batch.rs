@@ -32,6 +32,12 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
+    if a.res.array.is_some() && a.res.output.is_some() {
+        anyhow::bail!(
+            "--output with --array is not supported yet (each task would need its own file, \
+             %A_%a): drop -o; each task's output is in the journal, xlurm log ARRAY_INDEX"
+        );
+    }
     let output = output_of(&a.res)?;
     let (id, info) = submit_with_output(&p, spec, output, user)
         .await

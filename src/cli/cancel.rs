@@ -1,23 +1,61 @@
 //! `xcancel ID...`, `xlurm hold`/`release ID...` and `xlurm update ID`.
 
-use super::client::{connect, explain};
+use super::client::{connect, explain, SchedulerProxy};
 use super::{CancelArgs, IdsArgs, UpdateArgs};
+use crate::core::array::{parse_job_ref, JobRef};
 use crate::wire::spec::entry;
 use anyhow::Result;
 
 pub(super) async fn cancel(a: CancelArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let mut rc = 0;
-    for id in a.ids {
-        match p.cancel(id).await {
-            Ok(_) => println!("job {id} cancelled"),
+    for text in a.ids {
+        let r = match parse_job_ref(&text) {
+            Ok(r) => r,
             Err(e) => {
-                eprintln!("xcancel: job {id}: {}", explain(e, user));
+                eprintln!("xcancel: {text:?}: {e}");
                 rc = 1;
+                continue;
+            }
+        };
+        let asked: Vec<(String, zbus::Result<()>)> = match r {
+            JobRef::Job(id) => vec![(format!("job {id}"), p.cancel(id).await.map(drop))],
+            JobRef::Task(array, i) => vec![(
+                format!("task {array}_{i}"),
+                p.cancel_task(array, i).await.map(drop),
+            )],
+            JobRef::Tasks(array, set) => {
+                let mut v = Vec::new();
+                for i in set.iter() {
+                    v.push((
+                        format!("task {array}_{i}"),
+                        p.cancel_task(array, i).await.map(drop),
+                    ));
+                }
+                v
+            }
+        };
+        for (what, result) in asked {
+            match result {
+                Ok(()) => println!("{what} cancelled"),
+                Err(e) => {
+                    eprintln!("xcancel: {what}: {}", explain(e, user));
+                    rc = 1;
+                }
             }
         }
     }
     Ok(rc)
+}
+
+/// The job ID that `text` names: a job ID, or an array's task `123_4`
+/// (the task's own job once it started, the array's while it waits).
+pub(super) async fn resolve(p: &SchedulerProxy<'_>, text: &str, user: bool) -> Result<u64> {
+    match parse_job_ref(text).map_err(|e| anyhow::anyhow!("{text:?}: {e}"))? {
+        JobRef::Job(id) => Ok(id),
+        JobRef::Task(array, i) => p.find_task(array, i).await.map_err(|e| explain(e, user)),
+        JobRef::Tasks(..) => anyhow::bail!("{text:?}: name one job or one task (123 or 123_4)"),
+    }
 }
 
 /// `xlurm hold ID...` (`release`: `xlurm release ID...`).

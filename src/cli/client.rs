@@ -15,6 +15,8 @@ pub trait Scheduler {
     fn submit(&self, spec: Dict) -> zbus::Result<(u64, Dict)>;
     fn submit_many(&self, specs: Vec<Dict>) -> zbus::Result<Vec<u64>>;
     fn cancel(&self, id: u64) -> zbus::Result<String>;
+    fn cancel_task(&self, array: u64, index: u32) -> zbus::Result<(u64, String)>;
+    fn find_task(&self, array: u64, index: u32) -> zbus::Result<u64>;
     fn hold(&self, id: u64) -> zbus::Result<bool>;
     fn release(&self, id: u64) -> zbus::Result<bool>;
     fn update(&self, id: u64, changes: Dict) -> zbus::Result<()>;

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 pub(super) async fn log(a: LogArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
+    let id = super::cancel::resolve(&p, &a.id, user).await?;
     let mut stream = LogStream::default();
     loop {
-        let Some((n, state)) = stream.pump(&p, a.id, user).await? else {
+        let Some((n, state)) = stream.pump(&p, id, user).await? else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
         let done = !matches!(state.as_str(), "PENDING" | "RUNNING");
         if done {
-            stream.drain(&p, a.id, user).await?;
+            stream.drain(&p, id, user).await?;
             return Ok(0);
         }
         if !a.follow && n == 0 {

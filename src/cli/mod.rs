@@ -102,7 +102,7 @@ mod tests {
         let Command::Queue(q) = parse(&["xqueue", "--cancel", "3", "4"]).command else {
             panic!("not queue")
         };
-        assert_eq!(q.cancel, vec![3, 4]);
+        assert_eq!(q.cancel, vec!["3", "4"]);
         let Command::Queue(q) = parse(&["xqueue"]).command else {
             panic!("not queue")
         };
@@ -162,19 +162,19 @@ mod tests {
             Command::Queue(QueueArgs { all: true, .. })
         ));
         assert!(
-            matches!(parse(&["xcancel", "3", "4"]).command, Command::Cancel(CancelArgs { ref ids }) if ids == &[3, 4])
+            matches!(parse(&["xcancel", "3", "4"]).command, Command::Cancel(CancelArgs { ref ids }) if ids == &["3", "4"])
         );
         assert!(matches!(parse(&["xinfo"]).command, Command::Info(_)));
         assert!(matches!(
-            parse(&["xlurm", "show", "7"]).command,
-            Command::Show(ShowArgs { id: 7, json: false })
+            parse(&["xlurm", "show", "7_2"]).command,
+            Command::Show(ShowArgs { ref id, json: false }) if id == "7_2"
         ));
         assert!(matches!(
             parse(&["xlurm", "log", "-f", "7"]).command,
             Command::Log(LogArgs {
-                id: 7,
+                ref id,
                 follow: true
-            })
+            }) if id == "7"
         ));
         assert!(matches!(
             parse(&["xbatch", "--wrap", "echo hi"]).command,

@@ -15,18 +15,19 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
         return cancel(CancelArgs { ids: a.cancel }, user).await;
     }
     let p = connect(user).await?;
-    if let (Some(id), true) = (a.id, a.log) {
+    if let (Some(id), true) = (&a.id, a.log) {
         drop(p);
         return log(
             LogArgs {
-                id,
+                id: id.clone(),
                 follow: a.follow,
             },
             user,
         )
         .await;
     }
-    if let Some(id) = a.id {
+    if let Some(r) = &a.id {
+        let id = super::cancel::resolve(&p, r, user).await?;
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
         if a.json {
             emit(&json_text(&dict_to_json(&job))?)?;
@@ -102,10 +103,16 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
             _ => String::new(),
         };
         let name: String = j.name.chars().take(16).collect();
+        // An array's task as Slurm names it (123_4), its pending rest 123_[5-99%8].
+        let id = if j.array.is_empty() {
+            j.id.to_string()
+        } else {
+            j.array.to_string()
+        };
         let _ = writeln!(
             out,
             "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
-            j.id,
+            id,
             j.user,
             name,
             j.state,
@@ -204,6 +211,10 @@ fn job_text(job: &Dict) -> String {
         let _ = writeln!(out, "{k:>14}: {v}");
     };
     line("Job", id.to_string());
+    let array = get_str(job, "array");
+    if !array.is_empty() {
+        line("Array", array);
+    }
     line("Name", get_str(job, "name"));
     line("User", get_str(job, "user"));
     line("State", get_str(job, "state"));
@@ -347,6 +358,7 @@ mod tests {
             devices: "auto:1".into(),
             exit_code: if state == "FAILED" { 7 } else { -1 },
             detail: "".into(),
+            array: "".into(),
         }
     }
 
@@ -366,8 +378,8 @@ mod tests {
         assert_eq!(json["exit_code"], -1);
         assert_eq!(
             json.as_object().unwrap().len(),
-            16,
-            "the documented JSON schema has 16 keys"
+            17,
+            "the documented JSON schema has 17 keys"
         );
     }
 }

@@ -20,9 +20,9 @@ pub fn exit_code_of(job: &Dict) -> i32 {
 }
 
 pub(super) async fn run(mut a: SubmitArgs, user: bool) -> Result<i32> {
-    if a.res.requeue {
+    if a.res.requeue || a.res.array.is_some() {
         anyhow::bail!(
-            "--requeue is for batch jobs (xbatch), as in Slurm: xrun waits for its one run"
+            "--requeue and --array are for batch jobs (xbatch), as in Slurm: xrun waits for its one run"
         );
     }
     let p = connect(user).await?;

@@ -8,6 +8,8 @@ use anyhow::{anyhow, bail, Result};
 /// `#SBATCH` options xlurm reads that take a value: `--mem 8G`, `--mem=8G`,
 /// `-c 4`, `-c4` and `-c=4` are all the same.
 const SBATCH_VALUED: &[&str] = &[
+    "--array",
+    "-a",
     "--dependency",
     "-d",
     "--kill-on-invalid-dep",
@@ -74,8 +76,8 @@ const SBATCH_FLAGS: &[&str] = &[
 /// among one host's jobs, who is mailed, what is billed, how it is placed
 /// within the host, what sbatch itself prints): ignored, with a warning
 /// naming each. Any directive neither honoured, nor here, nor in
-/// [`NOT_YET`] is refused ([`refusal`]): xlurm cannot tell that an option
-/// it does not know changes nothing.
+/// is refused ([`refusal`]): xlurm cannot tell that an option it does not
+/// know changes nothing.
 const SBATCH_IGNORED: &[&str] = &[
     "--partition",
     "-p",
@@ -158,15 +160,6 @@ const SBATCH_IGNORED: &[&str] = &[
     "-v",
 ];
 
-/// Directives xlurm will honour but does not yet: each is an error naming
-/// its line ("not supported yet"), never a warning, because ignoring it
-/// would run the script at once, and only once.
-///
-/// HOOK (issue 18): arrays, dependencies, holds and requeue each take their
-/// names out of this list and read them where `apply_sbatch` reads the
-/// honoured directives.
-const NOT_YET: &[&str] = &["--array", "-a", "--requeue"];
-
 /// Why xlurm refuses directive `name`, which changes what runs or how
 /// often and which it cannot honour (or which it does not know).
 fn refusal(name: &str) -> String {
@@ -196,9 +189,6 @@ fn refusal(name: &str) -> String {
         "--cpus-per-gpu" | "--mem-per-gpu" | "--gpus-per-task" | "--gpus-per-socket"
         | "--ntasks-per-gpu" | "--tres-per-task" => {
             "give the job's CPUs, memory and GPUs with -c, --mem and --gres=gpu:N"
-        }
-        _ if NOT_YET.contains(&name) => {
-            "not supported yet: xlurm would run the script at once, and only once"
         }
         _ => "not a directive xlurm knows, and it may change what runs",
     };
@@ -452,6 +442,12 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                 }
                 "--hold" | "-H" if value.is_none() => from_script.hold = true,
                 "--requeue" if value.is_none() => from_script.requeue = true,
+                // Checked here, so that a bad one names its line.
+                "--array" | "-a" => {
+                    crate::core::ArraySpec::parse(v)
+                        .map_err(|e| bad(&format!("{e}; nothing was queued")))?;
+                    from_script.array = Some(v.to_string());
+                }
                 // xlurm's default, as Slurm's with JobRequeue=0.
                 "--no-requeue" if value.is_none() => from_script.requeue = false,
                 "--dependency" | "-d" if v.is_empty() => {
@@ -503,6 +499,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
     res.exclusive |= from_script.exclusive;
     res.hold |= from_script.hold;
     res.requeue |= from_script.requeue;
+    res.array = res.array.take().or(from_script.array);
     res.dependency = res.dependency.take().or(from_script.dependency);
     res.kill_on_invalid_dep = res
         .kill_on_invalid_dep

@@ -156,6 +156,9 @@ pub(super) fn spec_from(
     if res.requeue {
         add(entry("requeue", true));
     }
+    if let Some(a) = &res.array {
+        add(entry("array", a.as_str()));
+    }
     if let Some(d) = &res.dependency {
         add(entry("dependency", d.as_str()));
     }

@@ -4,6 +4,7 @@
 //! never by anything they send. Admin actions go through polkit with the
 //! caller's unique bus name as subject.
 
+use super::api_caller::take_output;
 use super::audience::Audience;
 use super::job::{Hold, JobState};
 use super::listing;
@@ -11,13 +12,13 @@ use super::service::{no_such_job, owns, Daemon, Sight};
 use super::spec;
 pub(crate) use super::wire_job::{job_dict, put};
 use crate::core::{Policy, Vendor};
-use crate::wire::error::{ApiError, ApiResult};
+use crate::wire::error::ApiError;
 use crate::wire::queue::JobSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, OwnedVariant, Variant};
+use zbus::{Connection, OwnedVariant};
 
 pub const BUS_NAME: &str = "org.xlurm.Scheduler1";
 pub const PATH: &str = "/org/xlurm/Scheduler1";
@@ -36,162 +37,6 @@ pub struct SchedulerApi {
 
 fn wire_now() -> u64 {
     crate::wire::time::now_usec() / 1_000_000
-}
-
-/// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
-fn take_output(spec: &mut Dict) -> Result<Option<(std::os::fd::OwnedFd, String)>, ApiError> {
-    let fd = spec.remove("output_fd");
-    let path = spec.remove("output_path");
-    let Some(fd) = fd else {
-        return match path {
-            Some(_) => Err(ApiError::InvalidArgs(
-                "spec key \"output_path\" needs \"output_fd\" (h)".into(),
-            )),
-            None => Ok(None),
-        };
-    };
-    let owned = match &*fd {
-        Variant::Fd(f) => f.try_clone().map_err(|e| {
-            ApiError::InvalidArgs(format!("cannot take the output descriptor: {e}"))
-        })?,
-        other => {
-            return Err(ApiError::InvalidArgs(format!(
-                "spec key \"output_fd\" must have type h, not {}",
-                other.value_signature()
-            )))
-        }
-    };
-    let path = match path {
-        None => String::new(),
-        Some(p) => String::try_from(p).map_err(|_| {
-            ApiError::InvalidArgs("spec key \"output_path\" must have type s".into())
-        })?,
-    };
-    if path.len() > spec::MAX_PATH_BYTES {
-        return Err(ApiError::InvalidArgs(format!(
-            "spec key \"output_path\" is longer than {} bytes",
-            spec::MAX_PATH_BYTES
-        )));
-    }
-    let owned = std::os::fd::OwnedFd::try_from(owned)
-        .map_err(|e| ApiError::InvalidArgs(format!("cannot take the output descriptor: {e}")))?;
-    Ok(Some((owned, path)))
-}
-
-impl SchedulerApi {
-    async fn caller(&self, conn: &Connection, hdr: &Header<'_>) -> ApiResult<u32> {
-        if let Some(uid) = self.fixed_uid {
-            return Ok(uid);
-        }
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        dbus.get_connection_unix_user(sender.clone().into())
-            .await
-            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
-    }
-
-    /// Whether the caller acts as an admin (polkit) on job `id`: asked only
-    /// where the answer matters, someone else's job (to act on it, `act`, or
-    /// to see it on a private queue). On a private queue polkit is asked for
-    /// a job that does not exist too, so that no prompt or delay tells
-    /// someone else's job from none.
-    async fn admin_for(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        uid: u32,
-        id: u64,
-        act: bool,
-    ) -> ApiResult<bool> {
-        let public = self.daemon.settings.list_is_public;
-        let owner = self.daemon.state.lock().await.find(id).map(|j| j.uid());
-        let ask = match owner {
-            Some(o) => !owns(uid, o) && (act || !public),
-            None => !public && uid != 0,
-        };
-        if ask {
-            self.authorized(conn, hdr, uid).await
-        } else {
-            Ok(false)
-        }
-    }
-
-    /// The caller, who may see job `id` in full, hears of its changes.
-    fn listen(&self, hdr: &Header<'_>, id: u64) {
-        if let Some(sender) = hdr.sender() {
-            self.audience.listen(id, sender);
-        }
-    }
-
-    /// The caller and the listing filter it asked for, if it may.
-    async fn list_filter(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        filter: &Dict,
-    ) -> ApiResult<(u32, listing::Filter)> {
-        let uid = self.caller(conn, hdr).await?;
-        let mut f = listing::Filter::parse(filter)?;
-        // On a private queue everyone but admins sees their own jobs only, as
-        // Slurm's PrivateData=jobs does: the listing narrows, it does not fail.
-        if f.all_users
-            && !self.daemon.settings.list_is_public
-            && uid != 0
-            && !self.authorized(conn, hdr, uid).await?
-        {
-            f.all_users = false;
-        }
-        Ok((uid, f))
-    }
-
-    /// Whether the caller holds the polkit authorization for admin actions.
-    async fn authorized(&self, conn: &Connection, hdr: &Header<'_>, uid: u32) -> ApiResult<bool> {
-        if uid == 0 {
-            return Ok(true);
-        }
-        if self.fixed_uid.is_some() {
-            return Ok(false);
-        }
-        use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
-        let authority = AuthorityProxy::new(conn)
-            .await
-            .map_err(|e| ApiError::Failed(format!("polkit is not reachable: {e}")))?;
-        let subject = Subject::new_for_message_header(hdr).map_err(|e| {
-            ApiError::PermissionDenied(format!("cannot identify the caller for polkit: {e}"))
-        })?;
-        let interactive = hdr
-            .primary()
-            .flags()
-            .contains(zbus::message::Flags::ALLOW_INTERACTIVE_AUTH);
-        let flags = if interactive {
-            CheckAuthorizationFlags::ALLOW_USER_INTERACTION
-        } else {
-            CheckAuthorizationFlags::empty()
-        };
-        let r = authority
-            .check_authorization(&subject, ACTION_MANAGE, &HashMap::new(), flags, "")
-            .await
-            .map_err(|e| ApiError::Failed(format!("polkit check failed: {e}")))?;
-        Ok(r.is_authorized)
-    }
-
-    async fn require_admin(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        what: &str,
-    ) -> ApiResult<u32> {
-        let uid = self.caller(conn, hdr).await?;
-        if self.authorized(conn, hdr, uid).await? {
-            Ok(uid)
-        } else {
-            Err(ApiError::PermissionDenied(format!(
-                "{what} needs the polkit authorization {ACTION_MANAGE} (root, or a group granted it by an admin rule)"
-            )))
-        }
-    }
 }
 
 #[zbus::interface(name = "org.xlurm.Scheduler1")]
@@ -266,6 +111,38 @@ impl SchedulerApi {
         let uid = self.caller(conn, &hdr).await?;
         let admin = self.admin_for(conn, &hdr, uid, id, true).await?;
         Ok(self.daemon.cancel(uid, id, admin).await?.name().to_string())
+    }
+
+    /// Cancels task `index` of array `array` (`123_4`): the task's own job
+    /// if it started, else it is taken off the array's tasks not started
+    /// yet. Returns the task's job ID and the state it was in.
+    #[zbus(out_args("id", "state"))]
+    async fn cancel_task(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        array: u64,
+        index: u32,
+    ) -> Result<(u64, String), ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let admin = self.admin_for(conn, &hdr, uid, array, true).await?;
+        let (id, state) = self.daemon.cancel_task(uid, array, index, admin).await?;
+        Ok((id, state.name().to_string()))
+    }
+
+    /// The job that holds task `index` of array `array` (`123_4`): the
+    /// task's own once it started, the array's while the task waits.
+    #[zbus(out_args("id"))]
+    async fn find_task(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        array: u64,
+        index: u32,
+    ) -> Result<u64, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let admin = self.admin_for(conn, &hdr, uid, array, false).await?;
+        self.daemon.find_task(uid, array, index, admin).await
     }
 
     /// Holds a pending job: its owner's hold, or an admin's (polkit) on
@@ -433,7 +310,7 @@ impl SchedulerApi {
     }
 
     /// Every job `ListJobs` would list with this filter, without a page
-    /// limit: a sealed memfd holding the array `a(tsusssttttutbsis)` in
+    /// limit: a sealed memfd holding the array `a(tsusssttttutbsiss)` in
     /// little-endian D-Bus encoding, to be read from offset 0.
     #[zbus(out_args("jobs"))]
     async fn list_jobs_by_file_descriptor(

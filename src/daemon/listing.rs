@@ -123,6 +123,10 @@ fn brief_line(id: JobId, b: &Brief) -> Line<'_> {
         devices: Cow::Borrowed(&b.devices),
         exit_code: b.exit_code,
         detail: Cow::Borrowed(&b.detail),
+        array: match b.task {
+            Some((array, index)) => Cow::Owned(crate::core::array::task_label(array, index)),
+            None => Cow::Borrowed(""),
+        },
     }
 }
 
@@ -147,6 +151,10 @@ fn job_line<'a>(job: &'a Job, reason: &'a str, requested: &'a str) -> Line<'a> {
             .map_or(Cow::Borrowed(requested), Cow::Owned),
         exit_code: job.exit_code().unwrap_or(-1),
         detail: Cow::Borrowed(job.outcome().map_or("", |o| o.detail.as_str())),
+        array: match &job.array {
+            Some(_) => Cow::Owned(job.label()),
+            None => Cow::Borrowed(""),
+        },
     }
 }
 
@@ -230,7 +238,7 @@ pub fn collect(st: &State, uid: u32, f: &Filter, max_bytes: usize) -> (Vec<JobSu
 }
 
 /// `ListJobsByFileDescriptor`: every line `uid` asked for with `f`, encoded
-/// as `a(tsusssttttutbsis)`, oldest first, written to `out` (at its start) in
+/// as `a(tsusssttttutbsiss)`, oldest first, written to `out` (at its start) in
 /// pieces, not built whole in memory first.
 pub fn encode(st: &State, uid: u32, f: &Filter, out: &std::fs::File) -> std::io::Result<()> {
     use std::io::Write;
@@ -353,6 +361,7 @@ mod tests {
                     JobState::Failed
                 },
                 spread: false,
+                task: id.is_multiple_of(5).then_some((id - 1, 3)),
                 name: format!("job-{id}").into(),
                 user: user.into(),
                 devices: "cpu".into(),

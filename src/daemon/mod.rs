@@ -1,6 +1,7 @@
 //! xlurmd: the D-Bus service that runs every job as a transient systemd unit.
 
 pub mod api;
+mod api_caller;
 pub mod as_user;
 pub mod audience;
 pub mod fairness;

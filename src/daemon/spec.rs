@@ -39,6 +39,8 @@ pub struct Spec {
     pub kill_on_invalid_dep: bool,
     /// `--requeue`: queued again if LOST.
     pub requeue: bool,
+    /// `--array`: one record for its tasks until they start.
+    pub array: Option<crate::core::ArraySpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -223,6 +225,13 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         },
         kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
         requeue: r.get("requeue")?.unwrap_or(false),
+        array: match r.get::<String>("array")? {
+            Some(a) => Some(
+                crate::core::ArraySpec::parse(&a)
+                    .map_err(|e| SpecError(format!("spec key \"array\": {e}")))?,
+            ),
+            None => None,
+        },
     })
 }
 

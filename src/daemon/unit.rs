@@ -118,13 +118,19 @@ pub const ARRAY_VARIABLES: [&str; 12] = [
     "XLURM_ARRAY_TASK_STEP",
 ];
 
-/// The array variables of `job` (names from [`ARRAY_VARIABLES`]).
-///
-/// HOOK (issue 18, arrays): no job is an array task yet, so this is empty.
-/// An array task returns its `SLURM_ARRAY_*` and `XLURM_ARRAY_*` values
-/// here; [`environment`] already puts them after the forwarded variables.
-fn array_variables(_job: &Job) -> Vec<(String, String)> {
-    Vec::new()
+/// The array variables of `job` (names from [`ARRAY_VARIABLES`]): an
+/// array task's `SLURM_ARRAY_*` and their `XLURM_ARRAY_*` twins; none for
+/// a plain job.
+fn array_variables(job: &Job) -> Vec<(String, String)> {
+    let Some(task) = &job.array else {
+        return Vec::new();
+    };
+    let values = task.variables();
+    ARRAY_VARIABLES
+        .iter()
+        .zip(values.iter().chain(values.iter()))
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect()
 }
 
 /// This machine's name as Slurm's node list would give it: the host name

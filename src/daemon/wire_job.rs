@@ -31,6 +31,13 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
     put(&mut m, "exclusive", job.demand.exclusive);
     put(&mut m, "numa_local", job.demand.numa_local);
     put(&mut m, "devices_requested", job.devices_requested());
+    if job.array.is_some() {
+        put(&mut m, "array", job.label());
+    }
+    if let Some(t) = &job.array {
+        put(&mut m, "array_job_id", t.array);
+        put(&mut m, "array_task_id", t.index);
+    }
     put(&mut m, "requeue", job.requeue);
     put(&mut m, "restart_count", u32::from(job.restarts));
     if let Some(h) = job.hold() {

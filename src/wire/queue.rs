@@ -6,7 +6,7 @@
 //! from `ListJobsByFileDescriptor`'s bytes), the conversions between them, and
 //! the codec's writer and reader.
 //!
-//! The codec writes `a(tsusssttttutbsis)` by hand: zvariant's generic path
+//! The codec writes `a(tsusssttttutbsiss)` by hand: zvariant's generic path
 //! costs about 0.4 µs a line each way, most of listing 100,000 jobs. The tests
 //! compare both encoders byte for byte and decode each other's output.
 
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// Bytes of one line on the wire, its strings aside (fixed fields, string
 /// lengths and terminators, the worst alignment padding).
-pub const LINE_FIXED_BYTES: usize = 104;
+pub const LINE_FIXED_BYTES: usize = 112;
 
 /// The type of one field of a queue line: how a [`Line`] borrows it, and how
 /// the codec writes and reads it.
@@ -102,7 +102,7 @@ impl Field for Arc<str> {
 /// Declares the queue line from its fields, each with its owned type.
 macro_rules! queue_line {
     ($($(#[$doc:meta])* $field:ident: $t:ty,)*) => {
-        /// One line of the queue: D-Bus struct `(tsusssttttutbsis)`. A fixed
+        /// One line of the queue: D-Bus struct `(tsusssttttutbsiss)`. A fixed
         /// struct, not `a{sv}`, so that listing 100,000 jobs stays cheap;
         /// `GetJob` has everything else. Strings are shared with the daemon's
         /// own records.
@@ -184,6 +184,9 @@ queue_line! {
     exit_code: i32,
     /// How the job ended, in a line; empty while it runs.
     detail: Arc<str>,
+    /// Its place in an array: `123_4` for a task, `123_[5-99%8]` for the
+    /// array's tasks not started yet; empty for a plain job.
+    array: Arc<str>,
 }
 
 /// Reads the codec's bytes, refusing what is cut short or malformed.
@@ -313,6 +316,11 @@ mod tests {
             devices: "nv:[0,1]".into(),
             exit_code: -1 - id as i32,
             detail: text.chars().rev().collect::<String>().into(),
+            array: if id.is_multiple_of(3) {
+                format!("{id}_[1-9%2]").into()
+            } else {
+                "".into()
+            },
         }
     }
 
@@ -321,7 +329,7 @@ mod tests {
         use zbus::zvariant::Type;
         assert_eq!(
             <Vec<JobSummary> as Type>::SIGNATURE.to_string(),
-            "a(tsusssttttutbsis)"
+            "a(tsusssttttutbsiss)"
         );
     }
 

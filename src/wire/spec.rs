@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 20] = [
+pub const KEYS: [(&str, &str); 21] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -26,6 +26,7 @@ pub const KEYS: [(&str, &str); 20] = [
     ("dependency", "s"),
     ("kill_on_invalid_dep", "b"),
     ("requeue", "b"),
+    ("array", "s"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

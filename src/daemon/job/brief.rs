@@ -22,6 +22,8 @@ pub struct Brief {
     pub exit_code: i32,
     pub state: JobState,
     pub spread: bool,
+    /// Its array and index, if it was an array's task.
+    pub task: Option<(JobId, u32)>,
     pub name: Arc<str>,
     pub user: Arc<str>,
     /// Devices given, or requested while pending (`cpu`, `nv:[0,1]`, `auto:1`).
@@ -47,6 +49,7 @@ impl Brief {
             exit_code: job.exit_code().unwrap_or(-1),
             state: job.state(),
             spread: job.alloc().is_some_and(|a| a.spread),
+            task: job.array.as_ref().map(|t| (t.array, t.index)),
             name: intern(&job.name),
             user: intern(&job.user),
             devices: intern(&devices),

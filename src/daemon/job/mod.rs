@@ -3,10 +3,12 @@
 use crate::core::{Allocation, Demand, JobId, Vendor};
 use serde::{Deserialize, Serialize};
 
+mod array;
 mod brief;
 mod record;
 mod stage;
 
+pub use array::Task;
 pub use brief::{Brief, Ended, Strings};
 pub use stage::{After, End, Gate, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
 
@@ -119,6 +121,8 @@ pub struct Job {
     pub requeue: bool,
     /// How often it was queued again (`SLURM_RESTART_COUNT`).
     pub restarts: u8,
+    /// Its place in an array (`--array`); boxed, as most jobs have none.
+    pub array: Option<Box<Task>>,
     pub stage: Stage,
 }
 
@@ -235,6 +239,7 @@ impl Job {
             gid: u32::MAX,
             requeue: false,
             restarts: 0,
+            array: None,
             stage: Stage::Pending(Waiting::default()),
         }
     }

@@ -4,7 +4,7 @@
 //! not apply); what is never stored (see `stage`) is not written.
 
 use super::stage::{After, End, Hold, Run, Stage, Waiting};
-use super::{Command, Job, JobState, Outcome, OutputCopy};
+use super::{Command, Job, JobState, Outcome, OutputCopy, Task};
 use crate::core::{Allocation, Demand, JobId};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -44,6 +44,8 @@ struct Out<'a> {
     requeue: bool,
     #[serde(skip_serializing_if = "is_zero")]
     restarts: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    array: Option<&'a Task>,
 }
 
 /// A record as read.
@@ -81,6 +83,8 @@ pub(super) struct In {
     requeue: bool,
     #[serde(default)]
     restarts: u8,
+    #[serde(default)]
+    array: Option<Box<Task>>,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -135,6 +139,7 @@ impl Serialize for Job {
             kill_on_invalid_dep: self.after().is_some_and(|a| a.kill_on_invalid),
             requeue: self.requeue,
             restarts: self.restarts,
+            array: self.array.as_deref(),
         }
         .serialize(s)
     }
@@ -197,6 +202,7 @@ impl TryFrom<In> for Job {
             gid: r.gid,
             requeue: r.requeue,
             restarts: r.restarts,
+            array: r.array,
             stage,
         })
     }

@@ -45,15 +45,24 @@ impl State {
                 Verdict::Never => return Gate::Never,
             }
         }
+        // An array's pending rest: no more tasks than its %N at once.
+        if let Some(limit) = job.array.as_ref().and_then(|t| t.limit) {
+            if job.array.as_ref().is_some_and(|t| t.array == job.id)
+                && self.tasks_running(job.id) >= limit
+            {
+                return Gate::ArrayLimit;
+            }
+        }
         Gate::Queued
     }
 
     /// What became of a dependency's target (`None`: no record of it left).
     fn progress(&self, t: &Target) -> Option<Progress> {
         match t {
-            Target::Job(id) => self.find(*id).map(|f| progress_of(f.state())),
-            // Refused at submission until arrays exist.
-            Target::Task(..) => None,
+            Target::Job(id) => self
+                .array_progress(*id)
+                .or_else(|| self.find(*id).map(|f| progress_of(f.state()))),
+            Target::Task(array, index) => self.task_progress(*array, *index),
         }
     }
 
@@ -142,7 +151,11 @@ impl State {
             let Some(found) = self.find(id) else {
                 continue;
             };
-            let ended = found.state().is_final();
+            // An array has ended once all its tasks have.
+            let ended = match self.array_progress(id) {
+                Some(p) => p.pending == 0 && p.running == 0,
+                None => found.state().is_final(),
+            };
             let mut waiting = if ended {
                 self.waiters.remove(&id).unwrap_or_default()
             } else {
@@ -241,7 +254,11 @@ impl State {
     /// Why pending job `id` waits: what keeps it out of the queue, or
     /// what the scheduler's last pass left.
     pub fn reason(&self, id: JobId) -> Option<Reason> {
-        match self.jobs.get(&id).and_then(|j| j.gate().reason(0)) {
+        let gated = self.jobs.get(&id).and_then(|j| {
+            let limit = j.array.as_ref().and_then(|t| t.limit).unwrap_or(0);
+            j.gate().reason(limit)
+        });
+        match gated {
             Some(r) => Some(r),
             None => self.sched.reason(id),
         }

@@ -33,10 +33,27 @@ impl<U: Units> Daemon<U> {
             return;
         }
         let mut started: Vec<Job> = Vec::with_capacity(starts.len());
+        // An array's next task starts as a job of its own, split off the
+        // array's pending rest (which is written with it): (array, task).
+        let mut rests: Vec<Job> = Vec::new();
+        let mut split: Vec<(JobId, JobId)> = Vec::new();
         for (id, alloc) in starts {
             // Its argv, environment and script come back from its record.
             match st.full(id) {
-                Ok(Some(j)) => started.push(j.started(alloc, now)),
+                Ok(Some(j)) if j.holds_tasks() => {
+                    let task_id = st.next_id;
+                    if let Some((task, rest)) = j.split_task(task_id) {
+                        st.next_id += 1;
+                        started.push(task.started(alloc, now));
+                        rests.push(rest);
+                        split.push((id, task_id));
+                    }
+                }
+                Ok(Some(j)) => {
+                    let mut j = j.into_owned();
+                    j.last_task();
+                    started.push(j.started(alloc, now));
+                }
                 Ok(None) => {}
                 Err(e) => {
                     tracing::error!("job {id}: reading its record to start it: {e:#}; it waits");
@@ -48,12 +65,45 @@ impl<U: Units> Daemon<U> {
             }
         }
         // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
-        if let Err(e) = st.store.save(started.iter()) {
+        if let Err(e) = st.store.save(started.iter().chain(&rests)) {
             tracing::error!("recording started jobs failed, putting them back: {e:#}");
+            let tasks: HashMap<JobId, JobId> = split.iter().map(|(a, t)| (*t, *a)).collect();
             for j in &started {
-                st.sched.put_back(j.id, j.demand.clone());
+                // The scheduler knows a split task by its array's ID still.
+                let id = tasks.get(&j.id).copied().unwrap_or(j.id);
+                st.sched.put_back(id, j.demand.clone());
             }
             return;
+        }
+        // The scheduler placed the array: the task holds that place now, and
+        // the rest waits again (see `gate`: its %N).
+        for (array, task) in &split {
+            if let Some(alloc) = st.sched.finish(*array) {
+                let j = started.iter().find(|j| j.id == *task);
+                if let Some(j) = j {
+                    let deadline = now / 1_000_000 + j.demand.time_limit_secs;
+                    st.sched.adopt_for(
+                        *task,
+                        alloc,
+                        deadline,
+                        j.submission(),
+                        Some(now / 1_000_000),
+                    );
+                }
+            }
+        }
+        for j in &started {
+            st.task_started(j);
+        }
+        for mut rest in rests {
+            let id = rest.id;
+            rest.detach();
+            st.jobs.insert(id, rest);
+            st.regate(id);
+        }
+        if !split.is_empty() {
+            // More of its tasks may start now.
+            self.kick.notify_one();
         }
         // In flight from here (`Launch::InFlight`) until systemd answers.
         let mut launches = Vec::with_capacity(started.len());
@@ -69,9 +119,12 @@ impl<U: Units> Daemon<U> {
         // `after:` waits for a start, `singleton` for the next in line.
         let mut woken = super::gate::Woken::default();
         for (j, _) in &launches {
-            let w = st.wake(j.id);
-            woken.ended.extend(w.ended);
-            woken.queued |= w.queued;
+            let array = j.array.as_ref().map(|t| t.array).filter(|a| *a != j.id);
+            for id in std::iter::once(j.id).chain(array) {
+                let w = st.wake(id);
+                woken.ended.extend(w.ended);
+                woken.queued |= w.queued;
+            }
         }
         drop(st);
         self.woke(woken);

@@ -20,6 +20,7 @@ use tokio::sync::{Mutex, Notify};
 
 mod access;
 mod accounts;
+mod arrays;
 mod cancel;
 mod gate;
 mod launch;

@@ -54,14 +54,21 @@ impl<U: Units> Daemon<U> {
             return;
         }
         let why = outcome.detail.clone();
+        let was = job.state();
         // In memory even if it cannot be recorded: the job did end, and its
         // unit, kept uncollected, holds the end for the next start.
         let job = job.ended(state, outcome, now_usec());
         st.jobs.insert(id, job.clone());
+        st.task_moved(&job, was);
         // Charged to its owner's fair-share usage up to now.
         st.sched.finish_at(id, now_usec() / 1_000_000);
-        // Those waiting on it see how it ended.
-        let woken = st.wake(id);
+        // Those waiting on it (or on its array) see how it ended.
+        let mut woken = st.wake(id);
+        if let Some(array) = job.array.as_ref().map(|t| t.array).filter(|a| *a != id) {
+            let w = st.wake(array);
+            woken.ended.extend(w.ended);
+            woken.queued |= w.queued;
+        }
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the
@@ -113,7 +120,8 @@ impl<U: Units> Daemon<U> {
         }
         st.sched.finish_at(id, now_usec() / 1_000_000);
         let restarts = job.restarts;
-        st.jobs.insert(id, job);
+        st.jobs.insert(id, job.clone());
+        st.task_moved(&job, JobState::Running);
         if let Some(j) = st.jobs.get(&id) {
             let j = j.clone();
             st.pending_added(&j);

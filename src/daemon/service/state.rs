@@ -23,6 +23,8 @@ pub struct State {
     pub(super) waiters: HashMap<JobId, Vec<JobId>>,
     /// Pending `singleton` jobs by owner and name, oldest first.
     pub(super) singles: HashMap<(u32, String), std::collections::BTreeSet<JobId>>,
+    /// Each array's tasks that started, and their counts (see `arrays`).
+    pub(super) arrays: HashMap<JobId, super::arrays::ArrayBook>,
 }
 
 /// How often a scheduling pass brings priorities up to date with usage
@@ -109,7 +111,9 @@ impl State {
             reprioritized_at: 0,
             waiters: HashMap::new(),
             singles: HashMap::new(),
+            arrays: HashMap::new(),
         };
+        st.index_arrays();
         // Queued unless something keeps them out (see `gate`).
         for id in &pending {
             st.watch(*id);

@@ -27,6 +27,13 @@ impl<U: Units> Daemon<U> {
         specs: Vec<Spec>,
         output: Option<(std::os::fd::OwnedFd, String)>,
     ) -> ApiResult<Vec<Submitted>> {
+        if output.is_some() && specs.iter().any(|s| s.array.is_some()) {
+            return Err(ApiError::InvalidArgs(
+                "an output file goes with one job, not an array's tasks (not supported yet): \
+                 each task's output is in the journal, xlurm log ID_INDEX"
+                    .into(),
+            ));
+        }
         if output.is_some() && specs.len() != 1 {
             return Err(ApiError::InvalidArgs(
                 "an output file goes with exactly one job".into(),
@@ -101,6 +108,10 @@ impl<U: Units> Daemon<U> {
             job.nice = spec.nice;
             job.gid = gid;
             job.requeue = spec.requeue;
+            job.array = spec
+                .array
+                .as_ref()
+                .map(|a| Box::new(crate::daemon::job::Task::whole(id, a)));
             if spec.hold {
                 job = job.with_hold(Some(Hold::User));
             }
@@ -175,14 +186,7 @@ impl<U: Units> Daemon<U> {
             Cond::Singleton => None,
         });
         for t in targets {
-            let id = match t {
-                Target::Job(id) => *id,
-                Target::Task(id, i) => {
-                    return Err(format!(
-                        "dependency on {id}_{i}: job arrays are not supported yet, so there is no task {id}_{i}"
-                    ))
-                }
-            };
+            let id = t.job();
             let visible = st.find(id).is_some_and(|f| {
                 sight(self.settings.list_is_public, uid, f.uid(), false) != Sight::Hidden
             });
@@ -190,6 +194,13 @@ impl<U: Units> Daemon<U> {
                 return Err(format!(
                     "dependency on job {id}: no job {id} (finished jobs are kept for a while, then cleaned)"
                 ));
+            }
+            if let Target::Task(array, index) = t {
+                if st.task_progress(*array, *index).is_none() {
+                    return Err(format!(
+                        "dependency on {array}_{index}: array {array} has no task {index}"
+                    ));
+                }
             }
         }
         Ok(())

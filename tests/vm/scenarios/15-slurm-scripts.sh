@@ -2,7 +2,7 @@
 # Slurm scripts on xlurm (issue 18): an xbatch script reads Slurm's job variables
 # (SLURM_JOB_ID, SLURM_CPUS_PER_TASK, SLURM_MEM_PER_NODE in MiB, SLURM_NODELIST = the
 # host...), which forwarded values cannot change; a directive that would change what
-# runs or how often (--array, -N 2, --begin later) is an error naming its line and
+# runs or how often (-N 2, --begin later, an array it cannot read) is an error naming its line and
 # queues nothing; a directive that changes nothing here is a warning. Also the seed's
 # parity: -g defaults to 0 on this machine without accelerators, `xqueue --cancel ID`,
 # `xlurmd --cancel-grace` (SIGTERM, then SIGKILL after it: the unit's TimeoutStopUSec)
@@ -84,7 +84,7 @@ assert_contains "$(as_user alice xqueue "$id")" "devices cpu" "without -g a job 
 
 check "directives that change what runs or how often queue nothing, naming the line"
 before=$(alice_jobs)
-for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=aftercorr:$id" \
+for directive in "--array=3-0" "-N 2" "--ntasks=4" "--begin=now+1hour" "--dependency=aftercorr:$id" \
     "--chdir=/tmp"; do
     as_user_sh alice "printf '#!/bin/bash\n# a comment\n#SBATCH $directive\necho ran > ~/forbidden.out\n' > ~/forbidden.sh"
     rc=0; err=$(as_user alice xbatch -g 0 forbidden.sh 2>&1) || rc=$?
@@ -94,9 +94,6 @@ for directive in "--array=0-3" "-N 2" "--ntasks=4" "--begin=now+1hour" "--depend
     assert_contains "$err" "nothing was queued"
 done
 assert_contains "$err" "#SBATCH --chdir=/tmp: xlurm runs the job in the directory"
-as_user_sh alice "printf '#!/bin/bash\n#SBATCH --array=1-3%%2\necho \$SLURM_ARRAY_TASK_ID\n' > ~/array.sh"
-rc=0; err=$(as_user alice xbatch array.sh 2>&1) || rc=$?
-assert_contains "$err" "line 2: #SBATCH --array=1-3%2: not supported yet"
 assert_eq "$before" "$(alice_jobs)" "alice's jobs after the refused scripts"
 [ ! -e /home/alice/forbidden.out ] || fail "a refused script ran"
 
@@ -217,3 +214,26 @@ assert_contains "$(as_user alice xqueue "$again")" "Restarts: 1"
 as_user alice xcancel "$again"
 wait_for "[ \"\$(job_state $again)\" = CANCELLED ]" 30
 note "queued again with its ID, ran with SLURM_RESTART_COUNT=1"
+
+check "an array with %2 never runs more than two tasks at once; each task sees its own index"
+as_user_sh alice 'rm -f ~/arr.log; cat > ~/array.sh <<"EOF2"
+#!/bin/bash
+#SBATCH --array=1-6%2
+#SBATCH -c 1
+echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID count $SLURM_ARRAY_TASK_COUNT"
+echo "start $(date +%s.%N)" >> ~/arr.log
+sleep 2
+echo "end $(date +%s.%N)" >> ~/arr.log
+EOF2'
+arr=$(submit alice array.sh)
+wait_for "as_user alice xqueue | grep -q '${arr}_\['" 30
+note "$(as_user alice xqueue | grep "${arr}_")"
+assert_contains "$(as_user alice xqueue)" "JobArrayTaskLimit"
+wait_for "[ \"\$(job_state $arr)\" = COMPLETED ]" 180
+for i in 1 2 3 4 5 6; do
+    assert_contains "$(as_user alice xlurm log "${arr}_$i")" "task $i of $arr count 6" "task $i's output"
+done
+most=$(sort -k2 -n /home/alice/arr.log | awk '$1 == "start" {n++} $1 == "end" {n--} n > m {m = n} END {print m}')
+assert_eq 2 "$most" "the most tasks running at once"
+done=$(as_user alice xqueue --all --json | grep -c "\"array\": *\"${arr}_[1-6]\"" || true)
+assert_eq 6 "$done" "tasks listed as ${arr}_N"

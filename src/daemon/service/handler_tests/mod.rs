@@ -442,6 +442,7 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
 }
 
 mod access;
+mod arrays;
 mod budgets;
 mod fairness;
 mod requeue;
