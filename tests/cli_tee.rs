@@ -62,3 +62,27 @@ fn the_output_file_starts_empty_when_the_job_starts() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(file, "new\n");
 }
+
+#[test]
+fn an_array_task_opens_its_own_file_and_a_file_it_cannot_open_leaves_the_journal_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out-7_3.txt");
+    std::fs::write(&path, "an older run's longer output\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["__tee-output", "--open", path.to_str().unwrap(), "--"])
+        .args(["/bin/echo", "task three"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "task three\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["__tee-output", "--open", "/nonexistent/dir/out.txt", "--"])
+        .args(["/bin/sh", "-c", "echo still runs; exit 4"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "the command ran anyway");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("still runs"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open the --output file"));
+}

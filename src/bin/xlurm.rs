@@ -8,9 +8,14 @@ fn main() {
     }
     let raw: Vec<String> = std::env::args().collect();
     if raw.get(1).map(String::as_str) == Some("__tee-output") {
-        let rest = &raw[2..];
+        let mut rest = &raw[2..];
+        let mut open = None;
+        if rest.first().map(String::as_str) == Some("--open") && rest.len() > 1 {
+            open = Some(rest[1].as_str());
+            rest = &rest[2..];
+        }
         let cmd = rest.strip_prefix(&["--".to_string()]).unwrap_or(rest);
-        std::process::exit(xlurm::cli::tee::main(cmd));
+        std::process::exit(xlurm::cli::tee::main(open, cmd));
     }
     let args = xlurm::cli::normalize_args(raw);
     let cli = xlurm::cli::parse(args).unwrap_or_else(|e| e.exit());

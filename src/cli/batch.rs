@@ -32,13 +32,18 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
-    if a.res.array.is_some() && a.res.output.is_some() {
-        anyhow::bail!(
-            "--output with --array is not supported yet (each task would need its own file, \
-             %A_%a): drop -o; each task's output is in the journal, xlurm log ARRAY_INDEX"
-        );
-    }
-    let output = output_of(&a.res)?;
+    // An array's tasks each write their own file (%A_%a), which each opens
+    // as you when it starts; a single job's file is opened here, now.
+    let mut spec = spec;
+    let output = match (&a.res.array, &a.res.output) {
+        (Some(_), Some(o)) => {
+            let path = std::env::current_dir()?.join(o);
+            let (k, v) = crate::wire::spec::entry("output_template", path.display().to_string());
+            spec.insert(k, v);
+            None
+        }
+        _ => output_of(&a.res)?,
+    };
     let (id, info) = submit_with_output(&p, spec, output, user)
         .await
         .map_err(|e| default_gpu_hint(e, defaulted))?;

@@ -323,6 +323,7 @@ fn slurm_mem(v: &str) -> Result<String, String> {
 pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     let mut from_script = ResourceArgs::default();
+    let mut output_line: Option<String> = None;
     let mut mem_per_cpu: Option<u64> = None;
     for (i, line) in script.lines().enumerate() {
         let lineno = i + 1;
@@ -433,11 +434,7 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
                 "--job-name" | "-J" => from_script.name = Some(v.to_string()),
                 "--output" | "-o" if v.is_empty() => return Err(bad("the file name is empty")),
                 "--output" | "-o" => {
-                    if v.replace("%j", "").contains('%') {
-                        warnings.push(format!(
-                            "#SBATCH {shown}: only %j (the job ID) is replaced here; other % patterns stay as written"
-                        ));
-                    }
+                    output_line = Some(shown.clone());
                     from_script.output = Some(v.to_string());
                 }
                 "--hold" | "-H" if value.is_none() => from_script.hold = true,
@@ -500,6 +497,27 @@ pub fn apply_sbatch(script: &str, res: &mut ResourceArgs) -> Result<Vec<String>>
     res.hold |= from_script.hold;
     res.requeue |= from_script.requeue;
     res.array = res.array.take().or(from_script.array);
+    // Patterns: an array's tasks fill in %A, %a, %j, %u, %x and %%; a
+    // single job's file, opened by xbatch before it has an ID, %j only.
+    if let (Some(shown), Some(o)) = (output_line, &from_script.output) {
+        let known: &[&str] = if res.array.is_some() {
+            &["%A", "%a", "%j", "%J", "%u", "%x", "%%"]
+        } else {
+            &["%j"]
+        };
+        let rest = known.iter().fold(o.clone(), |t, k| t.replace(k, ""));
+        if rest.contains('%') {
+            warnings.push(format!(
+                "#SBATCH {shown}: only {} {} replaced here; other % patterns stay as written",
+                known.join(", "),
+                if known.len() == 1 {
+                    "(the job ID) is"
+                } else {
+                    "are"
+                }
+            ));
+        }
+    }
     res.dependency = res.dependency.take().or(from_script.dependency);
     res.kill_on_invalid_dep = res
         .kill_on_invalid_dep

@@ -1,4 +1,4 @@
-//! `xlurm __tee-output -- CMD...`: the in-job half of `--output`.
+//! `xlurm __tee-output [--open PATH] -- CMD...`: the in-job half of `--output`.
 //!
 //! xlurmd starts a job that has an output file as this wrapper, with the file
 //! (opened by the user's own client, passed over D-Bus and to systemd) as its
@@ -14,19 +14,46 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 
-/// Runs the wrapper; returns only on setup errors.
-pub fn main(argv: &[String]) -> i32 {
+/// The file to copy into: descriptor 0 as systemd passed it, or, with
+/// `--open PATH` (an array's task, whose file is named only when it starts),
+/// `PATH` opened here, as the job's user, relative to its directory.
+fn output_file(open: Option<&str>) -> Option<std::fs::File> {
+    let Some(path) = open else {
+        // SAFETY: fd 0 was given to us by systemd (StandardInputFileDescriptor=)
+        // and nothing else in this process uses it.
+        return Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(0) }));
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+    {
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!(
+                "xlurm: cannot open the --output file {path}: {e}; the output is in the journal only"
+            );
+            None
+        }
+    }
+}
+
+/// Runs the wrapper (`open`: its `--open PATH`); returns only on setup errors.
+pub fn main(open: Option<&str>, argv: &[String]) -> i32 {
     if argv.is_empty() {
         eprintln!("xlurm __tee-output: no command given");
         return 2;
     }
-    // SAFETY: fd 0 was given to us by systemd (StandardInputFileDescriptor=) and
-    // nothing else in this process uses it.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(0) });
+    let mut file = output_file(open);
     // The file starts empty when the job starts, as Slurm's `--output` does
     // (the client opened it without truncating, so a refused submission
     // leaves it as it was).
-    if let Err(e) = file.set_len(0) {
+    if let Some(Err(e)) = file
+        .as_ref()
+        .filter(|_| open.is_none())
+        .map(|f| f.set_len(0))
+    {
         eprintln!("xlurm __tee-output: cannot truncate the output file: {e}");
     }
     let (reader, writer) = match std::io::pipe() {
@@ -80,7 +107,11 @@ pub fn main(argv: &[String]) -> i32 {
             Ok(n) => {
                 let _ = stdout.write_all(&buf[..n]);
                 let _ = stdout.flush();
-                if file_ok && file.write_all(&buf[..n]).is_err() {
+                if file_ok
+                    && file
+                        .as_mut()
+                        .is_some_and(|f| f.write_all(&buf[..n]).is_err())
+                {
                     file_ok = false;
                     eprintln!(
                         "xlurm: writing the --output file failed; output continues in the journal"
@@ -91,7 +122,9 @@ pub fn main(argv: &[String]) -> i32 {
             Err(_) => break,
         }
     }
-    let _ = file.sync_all();
+    if let Some(f) = &file {
+        let _ = f.sync_all();
+    }
     let status = match child.wait() {
         Ok(s) => s,
         Err(e) => {

@@ -41,6 +41,9 @@ pub struct Spec {
     pub requeue: bool,
     /// `--array`: one record for its tasks until they start.
     pub array: Option<crate::core::ArraySpec>,
+    /// An array's `--output` (`%A_%a`...): absolute, opened by each task as
+    /// its user when it starts.
+    pub output_template: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -225,6 +228,20 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         },
         kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
         requeue: r.get("requeue")?.unwrap_or(false),
+        output_template: match r.get::<String>("output_template")? {
+            None => None,
+            Some(t) => {
+                check_text("output_template", &t)?;
+                check_path("output_template", &t)?;
+                if !t.starts_with('/') {
+                    return err("spec key \"output_template\" must be an absolute path");
+                }
+                if !map.contains_key("array") {
+                    return err("spec key \"output_template\" is for arrays; a single job passes \"output_fd\"");
+                }
+                Some(t)
+            }
+        },
         array: match r.get::<String>("array")? {
             Some(a) => Some(
                 crate::core::ArraySpec::parse(&a)

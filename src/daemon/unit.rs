@@ -274,22 +274,26 @@ pub fn properties(
 ) -> Vec<(&'static str, Variant<'static>)> {
     let alloc = job.alloc();
     let (mut path, mut argv) = exec_start(job);
-    // --output: the tee wrapper gets the user's file as its stdin descriptor.
-    let stdin: Variant<'static> = match output {
-        Some(fd) => {
-            let mut wrapped = vec![
-                settings.tee_path.clone(),
-                "__tee-output".to_string(),
-                "--".to_string(),
-            ];
-            argv[0] = path.clone();
-            wrapped.extend(argv);
-            argv = wrapped;
-            path = settings.tee_path.clone();
-            Variant::Fd(zbus::Fd::from(fd))
-        }
-        None => Variant::from("null"),
+    // --output: the tee wrapper gets the user's file as its stdin
+    // descriptor; an array's task names its own (`%A_%a`) and the wrapper,
+    // running as the user, opens it.
+    let opens = job.output_path_of_task();
+    let (stdin, open): (Variant<'static>, Option<String>) = match (output, opens) {
+        (Some(fd), _) => (Variant::Fd(zbus::Fd::from(fd)), None),
+        (None, Some(p)) => (Variant::from("null"), Some(p)),
+        (None, None) => (Variant::from("null"), None),
     };
+    if matches!(stdin, Variant::Fd(_)) || open.is_some() {
+        let mut wrapped = vec![settings.tee_path.clone(), "__tee-output".to_string()];
+        if let Some(p) = open {
+            wrapped.extend(["--open".to_string(), p]);
+        }
+        wrapped.push("--".to_string());
+        argv[0] = path.clone();
+        wrapped.extend(argv);
+        argv = wrapped;
+        path = settings.tee_path.clone();
+    }
     let mut p: Vec<(&'static str, Variant<'static>)> = vec![
         (
             "Description",

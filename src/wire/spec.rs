@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 21] = [
+pub const KEYS: [(&str, &str); 22] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -27,6 +27,7 @@ pub const KEYS: [(&str, &str); 21] = [
     ("kill_on_invalid_dep", "b"),
     ("requeue", "b"),
     ("array", "s"),
+    ("output_template", "s"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

@@ -106,6 +106,37 @@ impl Job {
         Some((task, rest))
     }
 
+    /// An array task's `--output` file, its pattern filled in: `%A` the
+    /// array's ID, `%a` the task's index, `%j` (`%J`) its own job ID, `%u`
+    /// its user, `%x` its name, `%%` a `%` (Slurm's names). `None` for a
+    /// plain job, whose file its client opened.
+    pub fn output_path_of_task(&self) -> Option<String> {
+        let t = self.array.as_ref()?;
+        let pattern = &self.output.as_ref()?.path;
+        let mut out = String::with_capacity(pattern.len() + 16);
+        let mut chars = pattern.chars();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('A') => out.push_str(&t.array.to_string()),
+                Some('a') => out.push_str(&t.index.to_string()),
+                Some('j' | 'J') => out.push_str(&self.id.to_string()),
+                Some('u') => out.push_str(&self.user),
+                Some('x') => out.push_str(&self.name),
+                Some('%') => out.push('%'),
+                Some(other) => {
+                    out.push('%');
+                    out.push(other);
+                }
+                None => out.push('%'),
+            }
+        }
+        Some(out)
+    }
+
     /// The array's last pending index starts as the record itself.
     pub fn last_task(&mut self) {
         if let Some(t) = self.array.as_mut() {

@@ -166,7 +166,10 @@ impl<U: Units> Daemon<U> {
         };
         // --output: systemd holds the user's file from here on (the job's tee
         // wrapper writes it), so the daemon lets go of it once the unit exists.
-        if output_fd.is_none() && job.output.as_ref().is_some_and(|o| o.error.is_empty()) {
+        if output_fd.is_none()
+            && job.array.is_none()
+            && job.output.as_ref().is_some_and(|o| o.error.is_empty())
+        {
             self.output_lost(
                 job.id,
                 "its descriptor was lost when xlurmd restarted while the job was pending \

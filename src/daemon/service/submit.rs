@@ -90,12 +90,13 @@ impl<U: Units> Daemon<U> {
                 cwd: spec.cwd,
                 env: spec.env,
             };
-            let copy = output
-                .as_ref()
-                .map(|(_, path)| crate::daemon::job::OutputCopy {
+            let copy = match (&output, &spec.output_template) {
+                (Some((_, path)), _) | (None, Some(path)) => Some(crate::daemon::job::OutputCopy {
                     path: path.clone(),
                     ..Default::default()
-                });
+                }),
+                (None, None) => None,
+            };
             let mut job = Job::pending(
                 id,
                 spec.name,

@@ -220,6 +220,7 @@ as_user_sh alice 'rm -f ~/arr.log; cat > ~/array.sh <<"EOF2"
 #!/bin/bash
 #SBATCH --array=1-6%2
 #SBATCH -c 1
+#SBATCH -o arr-%A_%a.out
 echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID count $SLURM_ARRAY_TASK_COUNT"
 echo "start $(date +%s.%N)" >> ~/arr.log
 sleep 2
@@ -232,6 +233,8 @@ assert_contains "$(as_user alice xqueue)" "JobArrayTaskLimit"
 wait_for "[ \"\$(job_state $arr)\" = COMPLETED ]" 180
 for i in 1 2 3 4 5 6; do
     assert_contains "$(as_user alice xlurm log "${arr}_$i")" "task $i of $arr count 6" "task $i's output"
+    assert_contains "$(cat "/home/alice/arr-${arr}_$i.out")" "task $i of $arr" "task $i's own file (-o arr-%A_%a.out)"
+    [ "$(stat -c %U "/home/alice/arr-${arr}_$i.out")" = alice ] || fail "task $i's file is not alice's"
 done
 most=$(sort -k2 -n /home/alice/arr.log | awk '$1 == "start" {n++} $1 == "end" {n--} n > m {m = n} END {print m}')
 assert_eq 2 "$most" "the most tasks running at once"

@@ -217,3 +217,42 @@ async fn a_bad_array_is_refused_and_an_array_cannot_take_an_output_file() {
         .await;
     assert!(matches!(r, Err(ApiError::InvalidArgs(_))), "{r:?}");
 }
+
+#[tokio::test]
+async fn each_task_writes_its_own_output_file_named_by_its_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| s.budget.jobs = 10).await;
+    let spec = spec(vec![
+        entry("argv", vec!["/bin/sleep".to_string(), "100".into()]),
+        entry("cwd", "/"),
+        entry("name", "sweep"),
+        entry("array", "4-5"),
+        entry("output_template", "/tmp/out-%A_%a-%j-%x-%%.txt"),
+    ]);
+    let a = d.submit(ALICE, vec![spec]).await.unwrap()[0].id;
+    settle(&d).await;
+    let started = tasks(&d, a).await;
+    assert_eq!(started.len(), 2);
+    for (id, index, _) in started {
+        until_runs(&d, id).await;
+        let props = d.systemd.m.lock().unwrap().started[&crate::unit_name::of_job(id)].clone();
+        let want = format!("--open\", \"/tmp/out-{a}_{index}-{id}-sweep-%.txt");
+        assert!(
+            props
+                .iter()
+                .any(|p| p.starts_with("ExecStart=") && p.contains(&want)),
+            "{want} in {props:?}"
+        );
+    }
+    // Only arrays name files this way; a single job passes its descriptor.
+    let single = crate::daemon::spec::parse(
+        &[
+            entry("argv", vec!["/bin/true".to_string()]),
+            entry("cwd", "/"),
+            entry("output_template", "/tmp/x"),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    assert!(single.unwrap_err().0.contains("for arrays"));
+}
