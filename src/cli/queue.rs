@@ -74,9 +74,11 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
 pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    // Wide enough for the longest array label (123_[5-99%8]).
+    let w = jobs.iter().map(|j| j.array.len()).max().unwrap_or(0).max(6);
     let _ = writeln!(
         out,
-        "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+        "{:>w$} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
         "ID",
         "USER",
         "NAME",
@@ -111,7 +113,7 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
         };
         let _ = writeln!(
             out,
-            "{:>6} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
+            "{:>w$} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
             id,
             j.user,
             name,
