@@ -25,7 +25,7 @@ impl<U: Units> Daemon<U> {
             }
             // Nothing waits: collect the ended jobs' units now. While jobs
             // wait, the 5 s check collects them (see `collect_ended`).
-            let idle = st.counts().0 == 0;
+            let idle = st.sched.pending_count() == 0;
             drop(st);
             if idle {
                 self.collect_ended().await;

@@ -228,7 +228,10 @@ impl State {
         self.usage.get(&uid).copied().unwrap_or_default()
     }
 
+    /// Pending jobs (queued, and those a hold, a dependency or their
+    /// array's `%N` keeps out of the queue) and running ones.
     pub fn counts(&self) -> (usize, usize) {
-        (self.sched.pending_count(), self.sched.running_count())
+        let pending = self.usage.values().map(|u| u.jobs).sum();
+        (pending, self.sched.running_count())
     }
 }

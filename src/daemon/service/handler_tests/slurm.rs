@@ -37,6 +37,11 @@ async fn a_held_job_waits_out_of_the_queue_until_released_and_survives_a_restart
         !d.state.lock().await.sched.is_pending(held),
         "a held job is not in the scheduler's queue"
     );
+    assert_eq!(
+        d.state.lock().await.counts(),
+        (1, 1),
+        "a held job counts as pending (xinfo, systemctl status)"
+    );
     // The hold is on disk: a restart keeps it held.
     drop(d);
     let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| s.budget.jobs = 10).await;
