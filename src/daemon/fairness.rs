@@ -119,11 +119,7 @@ pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<super::api::Di
         .map(|r| {
             let mut m = super::api::Dict::new();
             put(&mut m, "uid", r.uid);
-            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))
-                .ok()
-                .flatten()
-                .map_or_else(|| r.uid.to_string(), |u| u.name);
-            put(&mut m, "user", name);
+            put(&mut m, "user", super::service::user_name(r.uid).0);
             put(&mut m, "shares", r.raw_shares);
             put(&mut m, "norm_shares", r.norm_shares);
             put(&mut m, "usage", r.raw_usage);

@@ -13,6 +13,9 @@ pub const MAX_ENV_BYTES: usize = 1 << 20;
 pub const MAX_ENV_VARS: usize = 8_192;
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
 pub const MAX_NAME_CHARS: usize = 200;
+/// Longest `dependency` and `array` texts (256 targets of long IDs fit).
+pub const MAX_DEPENDENCY_BYTES: usize = 8_192;
+pub const MAX_ARRAY_BYTES: usize = 4_096;
 pub const MAX_DEVICE_IDS: usize = 1_024;
 /// Longest path the kernel (and systemd's `path_is_valid`) accepts, without the NUL.
 pub const MAX_PATH_BYTES: usize = 4_095;
@@ -220,10 +223,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         nice: r.get("nice")?.unwrap_or(0),
         hold: r.get("hold")?.unwrap_or(false),
         dependency: match r.get::<String>("dependency")? {
-            Some(d) => Some(
-                crate::core::dependency::parse(&d)
-                    .map_err(|e| SpecError(format!("spec key \"dependency\": {e}")))?,
-            ),
+            Some(d) => Some(dependency(&d)?),
             None => None,
         },
         kill_on_invalid_dep: r.get("kill_on_invalid_dep")?.unwrap_or(false),
@@ -243,6 +243,12 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
             }
         },
         array: match r.get::<String>("array")? {
+            Some(a) if a.len() > MAX_ARRAY_BYTES => {
+                return err(format!(
+                    "spec key \"array\" is {} bytes long (at most {MAX_ARRAY_BYTES})",
+                    a.len()
+                ))
+            }
             Some(a) => Some(
                 crate::core::ArraySpec::parse(&a)
                     .map_err(|e| SpecError(format!("spec key \"array\": {e}")))?,
@@ -250,6 +256,19 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
             None => None,
         },
     })
+}
+
+/// A `dependency` key's value, checked (its errors quote what they refuse,
+/// so the text is bounded first).
+fn dependency(d: &str) -> Result<crate::core::Dependency, SpecError> {
+    if d.len() > MAX_DEPENDENCY_BYTES {
+        return err(format!(
+            "spec key \"dependency\" is {} bytes long (at most {MAX_DEPENDENCY_BYTES})",
+            d.len()
+        ));
+    }
+    crate::core::dependency::parse(d)
+        .map_err(|e| SpecError(format!("spec key \"dependency\": {e}")))
 }
 
 fn check_name(name: &str) -> Result<(), SpecError> {
@@ -333,11 +352,7 @@ pub fn parse_changes(map: &HashMap<String, OwnedVariant>) -> Result<Changes, Spe
     let dependency = match r.get::<String>("dependency")? {
         None => None,
         Some(d) if d.is_empty() => Some(None),
-        Some(d) => {
-            Some(Some(crate::core::dependency::parse(&d).map_err(|e| {
-                SpecError(format!("spec key \"dependency\": {e}"))
-            })?))
-        }
+        Some(d) => Some(Some(dependency(&d)?)),
     };
     Ok(Changes {
         time_limit_secs: r.get("time_limit")?,

@@ -39,7 +39,7 @@ impl<V: Clone> Recent<V> {
 
 /// The name and primary group of `uid` (its number and an unknown group,
 /// `u32::MAX`, when the account cannot be read).
-pub(super) fn user_name(uid: u32) -> (String, u32) {
+pub(crate) fn user_name(uid: u32) -> (String, u32) {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()

@@ -133,8 +133,13 @@ impl<U: Units> Daemon<U> {
                 st.sched.dequeue(id);
                 st.pending_done(id);
                 // Its --output file is let go of with it.
-                let had_output = st.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());
-                let woken = st.wake(id);
+                let had_output = st
+                    .jobs
+                    .insert(id, job.clone())
+                    .is_some_and(|j| j.has_output_fd());
+                // A task queued again (--requeue) is counted in its array.
+                st.task_moved(&job, JobState::Pending);
+                let woken = st.wake_job(&job);
                 drop(st);
                 if had_output {
                     crate::daemon::output::unstore(id);

@@ -181,6 +181,18 @@ impl State {
         woken
     }
 
+    /// [`State::wake`] for `job` and, if it is an array's task, its array
+    /// (a dependency on the array is judged over all its tasks).
+    pub(super) fn wake_job(&mut self, job: &Job) -> Woken {
+        let mut woken = self.wake(job.id);
+        if let Some(array) = job.array.as_ref().map(|t| t.array).filter(|a| *a != job.id) {
+            let w = self.wake(array);
+            woken.ended.extend(w.ended);
+            woken.queued |= w.queued;
+        }
+        woken
+    }
+
     /// Cancels pending job `id` if its dependency can never be met and it
     /// asked for that (`--kill-on-invalid-dep=yes`). Whether it was.
     pub(super) fn settle(&mut self, id: JobId) -> bool {

@@ -119,12 +119,9 @@ impl<U: Units> Daemon<U> {
         // `after:` waits for a start, `singleton` for the next in line.
         let mut woken = super::gate::Woken::default();
         for (j, _) in &launches {
-            let array = j.array.as_ref().map(|t| t.array).filter(|a| *a != j.id);
-            for id in std::iter::once(j.id).chain(array) {
-                let w = st.wake(id);
-                woken.ended.extend(w.ended);
-                woken.queued |= w.queued;
-            }
+            let w = st.wake_job(j);
+            woken.ended.extend(w.ended);
+            woken.queued |= w.queued;
         }
         drop(st);
         self.woke(woken);

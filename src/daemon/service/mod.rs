@@ -32,8 +32,9 @@ mod submit;
 mod update;
 
 pub use access::{no_such_job, owns, sight, Sight};
+pub(crate) use accounts::user_name;
+use accounts::ACCOUNT_REUSE;
 pub use accounts::{resolve_run_as, Recent};
-use accounts::{user_name, ACCOUNT_REUSE};
 pub use gate::hold_by;
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};

@@ -63,12 +63,7 @@ impl<U: Units> Daemon<U> {
         // Charged to its owner's fair-share usage up to now.
         st.sched.finish_at(id, now_usec() / 1_000_000);
         // Those waiting on it (or on its array) see how it ended.
-        let mut woken = st.wake(id);
-        if let Some(array) = job.array.as_ref().map(|t| t.array).filter(|a| *a != id) {
-            let w = st.wake(array);
-            woken.ended.extend(w.ended);
-            woken.queued |= w.queued;
-        }
+        let woken = st.wake_job(&job);
         // A unit left to collect keeps the job's result until the record is
         // durable: it is synced with the next start's record (one fsync on
         // the way from a job's end to the next job's start) or before the
@@ -122,17 +117,14 @@ impl<U: Units> Daemon<U> {
         let restarts = job.restarts;
         st.jobs.insert(id, job.clone());
         st.task_moved(&job, JobState::Running);
-        if let Some(j) = st.jobs.get(&id) {
-            let j = j.clone();
-            st.pending_added(&j);
-        }
+        st.pending_added(&job);
         st.watch(id);
         st.regate(id);
         if let Some(j) = st.jobs.get_mut(&id) {
             j.detach();
         }
-        // Those waiting on it see it pending again.
-        let woken = st.wake(id);
+        // Those waiting on it (or on its array) see it pending again.
+        let woken = st.wake_job(&job);
         drop(st);
         tracing::warn!(
             job = id,

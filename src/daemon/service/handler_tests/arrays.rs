@@ -125,26 +125,12 @@ async fn cancelling_one_task_or_the_whole_array_and_depending_on_either() {
     let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| s.budget.jobs = 10).await;
     let a = d.submit(ALICE, vec![array("1-6%1")]).await.unwrap()[0].id;
     let on_task = d
-        .submit(
-            ALICE,
-            vec![spec(vec![
-                entry("argv", vec!["/bin/true".to_string()]),
-                entry("cwd", "/"),
-                entry("dependency", format!("afterok:{a}_1")),
-            ])],
-        )
+        .submit(ALICE, vec![true_after(format!("afterok:{a}_1"))])
         .await
         .unwrap()[0]
         .id;
     let on_all = d
-        .submit(
-            ALICE,
-            vec![spec(vec![
-                entry("argv", vec!["/bin/true".to_string()]),
-                entry("cwd", "/"),
-                entry("dependency", format!("afterany:{a}")),
-            ])],
-        )
+        .submit(ALICE, vec![true_after(format!("afterany:{a}"))])
         .await
         .unwrap()[0]
         .id;

@@ -151,6 +151,13 @@ async fn nice_and_limits_are_checked_at_submission_and_refusals_queue_nothing() 
         panic!("{err:?}")
     };
     assert!(text.contains("only an admin"), "{text}");
+    // Out of range, even for root: refused, naming the range.
+    for (uid, n) in [(0, -2_000_000), (ALICE, 2_000_000)] {
+        match d.submit(uid, vec![two_cpu_sleep(Some(n))]).await {
+            Err(ApiError::InvalidArgs(t)) => assert!(t.contains("out of range"), "{t}"),
+            other => panic!("nice {n}: {other:?}"),
+        }
+    }
     // Root may raise a job's priority; anyone may lower their own.
     d.submit(0, vec![two_cpu_sleep(Some(-5))]).await.unwrap();
     let nice = submit(&d, ALICE, two_cpu_sleep(Some(7))).await;

@@ -73,6 +73,15 @@ fn spec(pairs: Vec<(String, zbus::OwnedVariant)>) -> Spec {
     crate::daemon::spec::parse(&pairs.into_iter().collect()).unwrap()
 }
 
+/// `/bin/true` that waits for `dependency`.
+fn true_after(dependency: String) -> Spec {
+    spec(vec![
+        entry("argv", vec!["/bin/true".to_string()]),
+        entry("cwd", "/"),
+        entry("dependency", dependency),
+    ])
+}
+
 fn sleep_spec() -> Spec {
     spec(vec![
         entry("argv", vec!["/bin/sleep".to_string(), "100".into()]),

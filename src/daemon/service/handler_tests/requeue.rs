@@ -72,3 +72,44 @@ async fn a_lost_requeue_job_is_queued_again_with_its_id_and_environment_others_e
         }
     }
 }
+
+#[tokio::test]
+async fn an_array_whose_tasks_were_queued_again_and_then_cancelled_lets_its_dependents_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| s.budget.jobs = 100).await;
+    let a = d
+        .submit(
+            1000,
+            vec![spec(vec![
+                entry("argv", vec!["/bin/sleep".to_string(), "100".into()]),
+                entry("cwd", "/"),
+                entry("array", "1-2"),
+                entry("requeue", true),
+            ])],
+        )
+        .await
+        .unwrap()[0]
+        .id;
+    let after = d
+        .submit(1000, vec![true_after(format!("afterany:{a}"))])
+        .await
+        .unwrap()[0]
+        .id;
+    for _ in 0..5 {
+        d.schedule().await;
+    }
+    let task = d.find_task(1000, a, 1, false).await.unwrap();
+    assert_ne!(task, a);
+    until_runs(&d, task).await;
+    until_runs(&d, a).await;
+    let (d, _c) = reboot(d, dir.path(), &[task, a]).await;
+    assert_eq!(job(&d, task).await.state(), JobState::Pending);
+    assert_eq!(job(&d, a).await.state(), JobState::Pending);
+    // Cancelling the array cancels its task queued again, and then nothing
+    // of it is left to wait for.
+    d.cancel(1000, a, false).await.unwrap();
+    assert_eq!(job(&d, task).await.state(), JobState::Cancelled);
+    assert_eq!(job(&d, a).await.state(), JobState::Cancelled);
+    d.schedule().await;
+    wait_state(&d, after, JobState::Running).await;
+}
