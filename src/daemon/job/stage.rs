@@ -122,6 +122,9 @@ pub struct Run {
     /// Never stored: its memory peak as last read from its cgroup, for when
     /// systemd reports none at the end (see `sample_memory_peaks`).
     pub memory_peak: Option<u64>,
+    /// Never stored: how often its owner changed its time limit while it
+    /// runs (each change reloads systemd's manager; see `service::update`).
+    pub limit_changes: u8,
 }
 
 /// Between "persisted RUNNING" and systemd's answer to StartTransientUnit a
@@ -205,6 +208,7 @@ impl Run {
             launch: Launch::InFlight(Heard::Nothing),
             reading: Reading::Idle,
             memory_peak: None,
+            limit_changes: 0,
         }
     }
 

@@ -5,8 +5,12 @@
 
 use super::*;
 use crate::core::{Demand, Request};
-use crate::daemon::job::After;
+use crate::daemon::job::{After, Stage};
 use crate::daemon::spec::Changes;
+
+/// How often its owner may change a running job's time limit (an admin may
+/// always).
+pub const MAX_LIVE_LIMIT_CHANGES: u8 = 3;
 
 /// The request that gives `d` again (a default memory budget stays the
 /// default, so that it follows a new CPU count).
@@ -165,8 +169,20 @@ impl<U: Units> Daemon<U> {
         if secs == before {
             return Ok(());
         }
+        // Each change reloads systemd's manager, which stalls PID 1 a moment:
+        // an owner gets a few per run, not one per second.
+        let changes = job.run().map_or(0, |r| r.limit_changes);
+        if changes >= MAX_LIVE_LIMIT_CHANGES && !(admin || uid == 0) {
+            return Err(ApiError::LimitExceeded(format!(
+                "job {id}'s time limit was changed {changes} times while it runs, the most its owner may \
+                 (each change reloads systemd); cancel it, or ask an admin"
+            )));
+        }
         let mut new = job.clone();
         new.demand.time_limit_secs = secs;
+        if let Stage::Running(r) = &mut new.stage {
+            r.limit_changes = r.limit_changes.saturating_add(1);
+        }
         let (old, unit, start) = (job.clone(), job.unit(), job.start_usec());
         // On disk first, then systemd; if systemd refuses, the record goes back.
         st.store.save([&new]).map_err(ApiError::from)?;

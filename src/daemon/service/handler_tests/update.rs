@@ -188,6 +188,29 @@ async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_adm
     .await
     .unwrap();
     assert_eq!(job(&d, mine).await.demand.time_limit_secs, 240);
+    // Its owner may change it a few times only (3 changes so far, the
+    // admin's counted): each change reloads systemd.
+    for secs in [230u64] {
+        d.update(ALICE, mine, false, changes(vec![entry("time_limit", secs)]))
+            .await
+            .unwrap();
+    }
+    match d
+        .update(
+            ALICE,
+            mine,
+            false,
+            changes(vec![entry("time_limit", 210u64)]),
+        )
+        .await
+    {
+        Err(ApiError::LimitExceeded(m)) => assert!(m.contains("reloads systemd"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(job(&d, mine).await.demand.time_limit_secs, 230);
+    d.update(0, mine, true, changes(vec![entry("time_limit", 200u64)]))
+        .await
+        .unwrap();
     // Past the admin's maximum lifetime: refused.
     assert!(matches!(
         d.update(
