@@ -135,23 +135,18 @@ impl State {
     /// What became of task `index` of array `array`: `None` when it is not
     /// one (or its record is gone).
     pub(super) fn task_progress(&self, array: JobId, index: u32) -> Option<Progress> {
-        let mut p = Progress::default();
         if let Some(state) = self
             .started_task(array, index)
             .and_then(|id| self.find(id))
             .map(|f| f.state())
         {
-            count_into(&mut p, state);
-            return Some(p);
+            return Some(super::gate::progress_of(state));
         }
         let waits = self.jobs.get(&array).is_some_and(|j| {
             j.state() == JobState::Pending
                 && j.array.as_ref().is_some_and(|t| t.rest.contains(index))
         });
-        waits.then(|| {
-            p.pending = 1;
-            p
-        })
+        waits.then(|| super::gate::progress_of(JobState::Pending))
     }
 
     /// The active tasks of array `array` that started, but `array` itself.
@@ -180,13 +175,4 @@ fn count(book: &mut ArrayBook, state: JobState, by: i32) {
         _ => &mut book.not_ok,
     };
     *field = field.saturating_add_signed(by);
-}
-
-fn count_into(p: &mut Progress, state: JobState) {
-    match state {
-        JobState::Pending => p.pending += 1,
-        JobState::Running => p.running += 1,
-        JobState::Completed => p.ok += 1,
-        _ => p.not_ok += 1,
-    }
 }

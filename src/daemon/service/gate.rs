@@ -10,7 +10,7 @@ use crate::core::Reason;
 use crate::daemon::job::{Gate, Hold};
 
 /// What became of a job, as a dependency on it sees it.
-fn progress_of(state: JobState) -> Progress {
+pub(super) fn progress_of(state: JobState) -> Progress {
     let mut p = Progress::default();
     match state {
         JobState::Pending => p.pending = 1,
@@ -161,7 +161,8 @@ impl State {
             } else {
                 self.waiters.get(&id).cloned().unwrap_or_default()
             };
-            if let Some(j) = self.jobs.get(&id) {
+            // (Most daemons have no singleton waiting: no key is built then.)
+            if let Some(j) = self.jobs.get(&id).filter(|_| !self.singles.is_empty()) {
                 if let Some(first) = self
                     .singles
                     .get(&(j.uid, j.name.clone()))
