@@ -486,7 +486,8 @@ jobs are pending and running.";
 const XLURMD_DESCRIPTION: &str = "\
 xlurmd owns org.xlurm.Scheduler1 on the system bus and runs every job as a transient systemd unit \
 (xlurm-job-ID.service in xlurm.slice, or the slice given by --slice) with AllowedCPUs, \
-AllowedMemoryNodes, MemoryMax, MemorySwapMax=0, DevicePolicy=closed and RuntimeMaxUSec, as the \
+AllowedMemoryNodes (or NUMAPolicy=local, see --memory-nodes), MemoryMax, MemorySwapMax=0, \
+DevicePolicy=closed and RuntimeMaxUSec, as the \
 submitting user. It is started by xlurmd.service (or by bus activation); set options with a \
 drop-in: systemctl edit xlurmd, then an ExecStart= line that clears the old one and a new \
 ExecStart=/usr/bin/xlurmd with the options.

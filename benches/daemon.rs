@@ -75,6 +75,7 @@ fn config(state_dir: std::path::PathBuf) -> ServeConfig {
         user_limits: xlurm::core::UserLimits::default(),
         state_dir,
         settings_user_mode: false,
+        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 1_000_000,

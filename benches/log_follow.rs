@@ -74,6 +74,7 @@ async fn main() {
         user_limits: xlurm::core::UserLimits::default(),
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
+        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 100,

@@ -51,6 +51,7 @@ async fn daemon(dir: &std::path::Path, pending: usize) -> Arc<Daemon<MemoryUnits
             script_dir: store.script_dir(),
             stop_timeout_usec: 10_000_000,
             tee_path: "/usr/bin/xlurm".into(),
+            memory_nodes: xlurm::daemon::unit::MemoryNodes::Fence,
         },
         budget: xlurm::core::Budget {
             jobs: pending,

@@ -68,6 +68,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         user_limits: xlurm::core::UserLimits::default(),
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
+        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 5,

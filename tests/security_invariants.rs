@@ -288,6 +288,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         script_dir: "/var/lib/xlurm/scripts".into(),
         stop_timeout_usec: 10_000_000,
         tee_path: "/usr/bin/xlurm".into(),
+        memory_nodes: xlurm::daemon::unit::MemoryNodes::Fence,
     };
     let run_as = RunAs {
         uid: 1000,
@@ -351,7 +352,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         );
     }
     // Nothing the caller sent named a property.
-    const ALLOWED: [&str; 27] = [
+    const ALLOWED: [&str; 28] = [
         "Description",
         "Slice",
         "Type",
@@ -375,6 +376,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         "DeviceAllow",
         "AllowedCPUs",
         "AllowedMemoryNodes",
+        "NUMAPolicy",
         "MemoryMax",
         "User",
         "Group",

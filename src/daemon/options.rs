@@ -73,6 +73,13 @@ pub struct Options {
     /// Start even without cgroup v2 cpuset/memory controllers (no pinning, no budgets enforced).
     #[arg(long)]
     pub no_cgroup_check: bool,
+    /// How a job's memory is kept on its NUMA nodes: fence (AllowedMemoryNodes,
+    /// which no process of the job can leave), local (NUMAPolicy=local: placed
+    /// on its nodes through its CPUs, not fenced), or auto: fence on systemd 255
+    /// and later, local before, where each fenced start migrates PID 1's pages
+    /// between nodes (see the admin guide).
+    #[arg(long, default_value = "auto")]
+    pub memory_nodes: String,
     /// The slice jobs run in.
     #[arg(long, default_value = "xlurm.slice")]
     pub slice: String,

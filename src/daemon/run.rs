@@ -4,7 +4,7 @@ use super::api::{SchedulerApi, BUS_NAME, PATH};
 use super::service::{Change, Daemon, Settings, State};
 use super::store::Store;
 use super::systemd::{Systemd, Units};
-use super::unit::UnitSettings;
+use super::unit::{MemoryNodesChoice, UnitSettings};
 use crate::core::request::{parse_bytes, parse_duration_secs};
 use crate::core::{IdSet, Limits, Machine, Policy, Reserve, Scheduler};
 use std::path::PathBuf;
@@ -250,6 +250,10 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         user_limits,
         state_dir,
         settings_user_mode: o.user,
+        memory_nodes: o
+            .memory_nodes
+            .parse()
+            .map_err(|e| Refusal(format!("--memory-nodes: {e}")))?,
         slice: o.slice.clone(),
         budget: crate::core::Budget {
             jobs: o.max_pending_per_user,
@@ -319,6 +323,8 @@ pub struct ServeConfig {
     pub user_limits: crate::core::UserLimits,
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
+    /// `--memory-nodes`, resolved against systemd's version in `serve`.
+    pub memory_nodes: MemoryNodesChoice,
     pub slice: String,
     /// What each user's pending jobs may hold.
     pub budget: crate::core::Budget,
@@ -390,6 +396,9 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         })?
         .with_job_cgroups(cfg.job_cgroups.clone())
         .with_runtime_units(runtime_units(cfg.settings_user_mode));
+    let version = systemd.version().await.unwrap_or_default();
+    let memory_nodes = cfg.memory_nodes.resolve(&version);
+    tracing::info!("systemd {version}: job memory kept on its nodes by {memory_nodes:?}");
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(
             "state directory {}: {e:#}",
@@ -420,6 +429,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             script_dir: store.script_dir(),
             stop_timeout_usec: u64::try_from(cfg.cancel_grace.as_micros()).unwrap_or(u64::MAX),
             tee_path: cfg.tee_path.clone(),
+            memory_nodes,
         },
         budget: cfg.budget,
         retention_secs: cfg.retention_secs,

@@ -58,8 +58,15 @@ cpu_note() {
 lane() { for i in $(seq $((n / 2))); do systemd-run --wait -q -p User=alice "$@" /bin/true; done; }
 # The same with the isolation an xlurm job's unit has (cpuset, memory budget,
 # device cgroup program, journal fields): what systemd itself spends on it.
+# Its memory is kept on its node as xlurmd's --memory-nodes=auto keeps a job's
+# on this systemd (NUMAPolicy=local before 255: see the admin guide).
+if [ "$(systemctl --version | awk 'NR == 1 {print $2}')" -lt 255 ]; then
+    mem_nodes() { echo NUMAPolicy=local; }
+else
+    mem_nodes() { echo "AllowedMemoryNodes=$1"; }
+fi
 iso() {
-    lane -p Slice=xlurm.slice -p Type=exec -p AllowedCPUs="$1" -p AllowedMemoryNodes=0 \
+    lane -p Slice=xlurm.slice -p Type=exec -p AllowedCPUs="$1" -p "$(mem_nodes "$1")" \
         -p MemoryMax=256M -p MemorySwapMax=0 -p DevicePolicy=closed -p NoNewPrivileges=yes \
         -p KillMode=control-group -p RuntimeMaxSec=3600 -p LogExtraFields=XLURM_JOB_ID=0 \
         -p StandardInput=null -p WorkingDirectory=/home/alice

@@ -51,6 +51,7 @@ async fn daemon_built(
             script_dir: store.script_dir(),
             stop_timeout_usec: 10_000_000,
             tee_path: "/usr/bin/xlurm".into(),
+            memory_nodes: crate::daemon::unit::MemoryNodes::Fence,
         },
         budget: crate::core::Budget {
             jobs: 3,
