@@ -1,14 +1,27 @@
 #!/bin/bash
-# Benchmark figures on real systemd (printed, not asserted: TCG timings vary):
-# submit-to-finish latency of xrun vs a bare `systemd-run --wait`, and
-# sustained job starts through SubmitMany vs bare transient units at the same
-# concurrency, and xlurm log -f of a chatty job vs journald itself.
+# Benchmark figures on real systemd: submit-to-running latency of xrun vs a bare
+# `systemd-run`, sustained job starts through SubmitMany vs bare transient units
+# at the same concurrency (and systemd's CPU for them), and xlurm log -f of a
+# chatty job vs journald itself. The ratios have goals (issue 21); a ratio that
+# misses its goal by more than the spread measured between runs of this
+# scenario (TCG, 2-core host: see the tolerances below) fails it.
 # timeout: 300
 set -euo pipefail
 . "$XLURM_VM_LIB"
 systemctl start xlurmd
 
 ms() { echo $(( ($2 - $1) / 1000000 )); }
+# The spread between runs, measured over 5 runs of this scenario on the 2-core
+# CI machine under TCG (bb91506 and the next commit): start rate 0.86-1.00x bare,
+# systemd's CPU 0.78-0.93x isolated, xrun 1.17-1.30x systemd-run.
+START_SPREAD=0.14
+CPU_SPREAD=0.08
+# meets RATIO OP GOAL TOLERANCE WHAT: fails unless RATIO >= GOAL - TOLERANCE
+# (OP >=) or RATIO <= GOAL + TOLERANCE (OP <=).
+meets() {
+    awk -v r="$1" -v g="$3" -v t="$4" -v op="$2" 'BEGIN { exit !(op == ">=" ? r >= g - t : r <= g + t) }' ||
+        fail "$5: ${1}x misses its goal ($2 ${3}x) by more than the ${4} measured between runs"
+}
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 check "latency, submit to running: bare systemd-run vs xrun (5 runs each, median)"
@@ -23,7 +36,8 @@ for i in 1 2 3 4 5; do
   x+=("$(ms "$t0" "$(cat /tmp/lat-x)")")
 done
 b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
-note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio $(awk "BEGIN {printf \"%.2f\", $m / $b}")x (goal <= 1.5x)"
+lat_ratio=$(awk "BEGIN {printf \"%.2f\", $m / $b}")
+note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio ${lat_ratio}x (goal <= 1.2x, not yet met: issue 21)"
 rm -f /tmp/lat-b /tmp/lat-x
 
 check "latency, submit to finished: bare systemd-run --wait vs xrun (5 runs each, median)"
@@ -53,6 +67,7 @@ xlurmd_pid=$(systemctl show -p MainPID --value xlurmd.service)
 cpu0=()
 cpu_start() { cpu0=("$(ticks 1)" "$(ticks "$dbus_pid")" "$(ticks "$xlurmd_pid")" "$(busy)"); }
 cpu_note() {
+    last_systemd=$(( $(ticks 1) - cpu0[0] ))
     note "$1 CPU ticks: systemd $(( $(ticks 1) - cpu0[0] )), dbus-daemon $(( $(ticks "$dbus_pid") - cpu0[1] )), xlurmd $(( $(ticks "$xlurmd_pid") - cpu0[2] )), whole guest $(( $(busy) - cpu0[3] )) (of 2 CPUs)"
 }
 lane() { for i in $(seq $((n / 2))); do systemd-run --wait -q -p User=alice "$@" /bin/true; done; }
@@ -129,13 +144,23 @@ x_round() {
     xlurm_round
     x_ms=$(ms "$t0" "$t1")
 }
-bare_sum=0; iso_sum=0; x_sum=0
+bare_sum=0; iso_sum=0; x_sum=0; iso_sd=0; x_sd=0
 for order in "bare iso x" "x bare iso" "iso x bare"; do
-    for lane_kind in $order; do "${lane_kind}_round"; done
+    for lane_kind in $order; do
+        "${lane_kind}_round"
+        case $lane_kind in iso) iso_sd=$((iso_sd + last_systemd)) ;; x) x_sd=$((x_sd + last_systemd)) ;; esac
+    done
     note "lanes in the order $order: bare (2 lanes of systemd-run --wait): $n units in ${bare_ms} ms; the same units with xlurm's isolation: ${iso_ms} ms; xlurm (SubmitMany, 2 at a time, each harvested and its unit collected): $n jobs in ${x_ms} ms"
     bare_sum=$((bare_sum + bare_ms)); iso_sum=$((iso_sum + iso_ms)); x_sum=$((x_sum + x_ms))
 done
-note "ratio to bare units: $(awk "BEGIN {printf \"%.2f\", $bare_sum / $x_sum}")x; to units as isolated as xlurm's: $(awk "BEGIN {printf \"%.2f\", $iso_sum / $x_sum}")x (goal >= 0.9x)"
+start_ratio=$(awk "BEGIN {printf \"%.2f\", $bare_sum / $x_sum}")
+cpu_ratio=$(awk "BEGIN {printf \"%.2f\", $x_sd / $iso_sd}")
+note "start rate: ${start_ratio}x that of bare units (goal >= 0.95x); $(awk "BEGIN {printf \"%.2f\", $iso_sum / $x_sum}")x that of units as isolated as xlurm's"
+note "systemd's CPU for xlurm's jobs: ${cpu_ratio}x that for the isolated units (goal <= 1.1x)"
+meets "$start_ratio" ">=" 0.95 "$START_SPREAD" "start rate against bare units"
+meets "$cpu_ratio" "<=" 1.1 "$CPU_SPREAD" "systemd's CPU per job against isolated units"
+# xrun's latency misses its goal in most runs (1.17-1.30x; issue 21): printed, not
+# yet asserted, so that CI does not fail by chance on a known miss.
 
 check "xlurm log -f of a chatty job on real journald: 20,000 lines, all once and in order"
 out=$(as_user alice xbatch -g 0 --wrap 'seq -f "chatty %g" 1 20000' 2>&1)

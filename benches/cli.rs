@@ -1,0 +1,285 @@
+//! What users meet of xlurm's cost (issue 21): the real `xlurm` binary, run as
+//! processes under its command names (`xbatch`, `xqueue`), against xlurmd in a
+//! child process on a private dbus-daemon with the systemd double, in the
+//! workloads Slurm 22.05 and pueue 4 were measured in: process start, 500
+//! submissions of `xbatch --wrap true` serially and from 8 concurrent loops,
+//! the same with 10,000 and 100,000 jobs queued, the daemon's memory per
+//! queued job, and `xqueue --limit 0` of the whole queue.
+//!
+//! `cargo bench --bench cli` prints each figure beside its goal.
+//! `XLURM_CLI_BENCH_SMALL=1` runs small counts (the CI smoke run: it checks
+//! that every workload runs, not the figures); `XLURM_CLI_BENCH_PRIVATE=1`
+//! runs xlurmd with `--list-is-public false`, where jobs have no D-Bus objects.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use xlurm::cli::client::{Dict, SchedulerProxy};
+use xlurm::core::{Limits, Machine, Policy, Topology};
+use xlurm::daemon::run::{serve, ServeConfig};
+use xlurm::testing::bus::PrivateBus;
+use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
+use xlurm::wire::spec::entry;
+
+/// The counts of one run.
+struct Counts {
+    starts: usize,
+    serial: usize,
+    per_client: usize,
+    clients: usize,
+    queued: [usize; 2],
+}
+
+const FULL: Counts = Counts {
+    starts: 300,
+    serial: 500,
+    per_client: 63,
+    clients: 8,
+    queued: [10_000, 100_000],
+};
+
+const SMALL: Counts = Counts {
+    starts: 20,
+    serial: 20,
+    per_client: 3,
+    clients: 8,
+    queued: [200, 1_000],
+};
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse().ok())
+        .unwrap_or(0)
+}
+
+/// As the daemon bench: one CPU and max-running 1, so one job runs and the
+/// rest queue.
+fn config(state_dir: PathBuf) -> ServeConfig {
+    ServeConfig {
+        machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
+        accel: vec![],
+        tee_path: "/usr/bin/xlurm".to_string(),
+        object_linger: Duration::from_secs(1),
+        policy: Policy::FifoStrict,
+        limits: Limits {
+            max_running: 1,
+            max_lifetime_secs: 3600,
+            min_job_mem: 1 << 20,
+        },
+        priority: xlurm::core::PriorityConfig::default(),
+        user_limits: xlurm::core::UserLimits::default(),
+        state_dir,
+        settings_user_mode: false,
+        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
+        slice: "xlurm.slice".into(),
+        budget: xlurm::core::Budget {
+            jobs: 1_000_000,
+            bytes: 1 << 40,
+            ..Default::default()
+        },
+        retention_secs: 86400,
+        cancel_grace: Duration::from_secs(10),
+        // XLURM_CLI_BENCH_PRIVATE=1: a private queue, where jobs have no
+        // D-Bus objects (what the objects cost).
+        list_is_public: std::env::var_os("XLURM_CLI_BENCH_PRIVATE").is_none(),
+        journalctl: "journalctl".into(),
+        recheck: Duration::from_secs(5),
+        job_cgroups: None,
+    }
+}
+
+async fn run_daemon(address: &str, state: &str) {
+    let conn = zbus::connection::Builder::address(address)
+        .build()
+        .await
+        .unwrap();
+    let served = serve(&conn, config(state.into()))
+        .await
+        .map_err(|r| r.0)
+        .unwrap();
+    served.daemon.kick.notify_one();
+    std::future::pending::<()>().await;
+}
+
+/// `xlurm` under each command name, as the package installs them.
+fn command_links(dir: &Path) -> PathBuf {
+    let xlurm = PathBuf::from(env!("CARGO_BIN_EXE_xlurm"));
+    for name in ["xbatch", "xqueue"] {
+        std::os::unix::fs::symlink(&xlurm, dir.join(name)).unwrap();
+    }
+    xlurm
+}
+
+/// Mean wall time of `n` runs of `cmd` (output thrown away), in ms; panics
+/// on a failed run, which would make the figure meaningless.
+fn mean_ms(n: usize, mut cmd: impl FnMut() -> Command) -> f64 {
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let status = cmd()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "a run failed: {status}");
+    }
+    t0.elapsed().as_secs_f64() * 1e3 / n as f64
+}
+
+/// `xbatch --wrap true` on the private bus.
+fn xbatch(bin: &Path, bus: &str) -> Command {
+    let mut c = Command::new(bin.join("xbatch"));
+    c.args(["--wrap", "true"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus);
+    c
+}
+
+/// Submissions per second from `clients` concurrent loops of `per_client`
+/// `xbatch` each.
+fn concurrent_rate(bin: &Path, bus: &str, clients: usize, per_client: usize) -> f64 {
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| mean_ms(per_client, || xbatch(bin, bus)));
+        }
+    });
+    (clients * per_client) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// What `xbatch --wrap true` sends, for queueing many at once: the caller's
+/// environment and a one-line script.
+fn batch_spec() -> Dict {
+    let env: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+    HashMap::from([
+        entry("argv", Vec::<String>::new()),
+        entry("script", "#!/bin/sh\ntrue\n"),
+        entry("cwd", "/"),
+        entry("env", env),
+    ])
+}
+
+/// Queues `n` jobs in batches small enough that the calls' own buffers do
+/// not show in the daemon's RSS as if the jobs held them.
+async fn queue(c: &SchedulerProxy<'_>, n: usize) {
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(200);
+        c.submit_many((0..k).map(|_| batch_spec()).collect())
+            .await
+            .unwrap();
+        left -= k;
+    }
+}
+
+fn pct(x: f64, base: f64) -> String {
+    format!("{:+.0}%", (x / base - 1.0) * 100.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if let (Ok(addr), Ok(state)) = (
+        std::env::var("XLURM_BENCH_BUS"),
+        std::env::var("XLURM_BENCH_STATE"),
+    ) {
+        run_daemon(&addr, &state).await;
+        return;
+    }
+    let n = if std::env::var_os("XLURM_CLI_BENCH_SMALL").is_some() {
+        SMALL
+    } else {
+        FULL
+    };
+    let bus = PrivateBus::start().unwrap();
+    let fake_conn = bus.connect().await.unwrap();
+    let _fake = FakeSystemd::serve(&fake_conn, Mode::Instant).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let bins = tempfile::tempdir().unwrap();
+    let xlurm = command_links(bins.path());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env("XLURM_BENCH_BUS", &bus.address)
+        .env("XLURM_BENCH_STATE", state.path())
+        .spawn()
+        .unwrap();
+    let conn = bus.connect().await.unwrap();
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let name = zbus::names::BusName::try_from("org.xlurm.Scheduler1").unwrap();
+    while !dbus.name_has_owner(name.clone()).await.unwrap() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = SchedulerProxy::new(&conn).await.unwrap();
+    let (bin, addr) = (bins.path(), bus.address.as_str());
+    let pid = child.id();
+    println!(
+        "xlurm as users meet it (real binaries as processes, private dbus-daemon, systemd double)"
+    );
+
+    let t = mean_ms(n.starts, || Command::new("/bin/true"));
+    println!("process start, /bin/true (the floor):              {t:>8.2} ms");
+    let v = mean_ms(n.starts, || {
+        let mut c = Command::new(&xlurm);
+        c.arg("--version");
+        c
+    });
+    println!("process start, xlurm --version:                    {v:>8.2} ms (goal <= 1.2 ms)");
+
+    let rss_empty = rss_kib(pid);
+    let serial = mean_ms(n.serial, || xbatch(bin, addr));
+    println!(
+        "submit, serial, empty queue ({} xbatch):           {serial:>8.2} ms = {:.0}/s (goal <= 2.2 ms, 460/s)",
+        n.serial,
+        1e3 / serial
+    );
+    let par = concurrent_rate(bin, addr, n.clients, n.per_client);
+    println!(
+        "submit, {} clients, empty queue:                    {par:>8.0}/s (goal >= 1000/s)",
+        n.clients
+    );
+    let mut queued = n.serial + n.clients * n.per_client;
+    for q in n.queued {
+        let add = q.saturating_sub(queued);
+        let rss0 = rss_kib(pid);
+        queue(&c, add).await;
+        queued += add;
+        let rss1 = rss_kib(pid);
+        println!(
+            "daemon RSS with {queued} queued: {:>7.1} MiB; {:.2} KiB a job over the last {add} (goal <= 1 KiB; 10,000 in 25 MiB, 100,000 in 128 MiB)",
+            rss1 as f64 / 1024.0,
+            rss1.saturating_sub(rss0) as f64 / add.max(1) as f64,
+        );
+        let s = mean_ms(n.serial, || xbatch(bin, addr));
+        let p = concurrent_rate(bin, addr, n.clients, n.per_client);
+        queued += n.serial + n.clients * n.per_client;
+        println!(
+            "submit with {q} queued: serial {s:>6.2} ms ({} of empty), {} clients {p:>6.0}/s ({}) (goal: within 10%)",
+            pct(s, serial),
+            n.clients,
+            pct(p, par)
+        );
+        let mut times: Vec<f64> = (0..3)
+            .map(|_| {
+                mean_ms(1, || {
+                    let mut c = Command::new(bin.join("xqueue"));
+                    c.args(["--all", "--limit", "0"])
+                        .env("DBUS_SYSTEM_BUS_ADDRESS", addr);
+                    c
+                })
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!(
+            "xqueue --all --limit 0 of {queued} jobs, end to end (median of 3): {:>8.1} ms (goal: 100,000 in <= 150 ms)",
+            times[1]
+        );
+    }
+    println!(
+        "(daemon RSS at the start: {:.1} MiB)",
+        rss_empty as f64 / 1024.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
