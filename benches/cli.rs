@@ -8,16 +8,17 @@
 //!
 //! `cargo bench --bench cli` prints each figure beside its goal.
 //! `XLURM_CLI_BENCH_SMALL=1` runs small counts (the CI smoke run: it checks
-//! that every workload runs, not the figures); `XLURM_CLI_BENCH_PRIVATE=1`
-//! runs xlurmd with `--list-is-public false`, where jobs have no D-Bus objects.
+//! that every workload runs, not the figures); `XLURM_BENCH_PRIVATE=1` runs
+//! xlurmd with `--list-is-public false`, where jobs have no D-Bus objects.
 
+mod common;
+
+use common::rss_kib;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use xlurm::cli::client::{Dict, SchedulerProxy};
-use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::run::{serve, ServeConfig};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;
@@ -46,65 +47,6 @@ const SMALL: Counts = Counts {
     clients: 8,
     queued: [200, 1_000],
 };
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse().ok())
-        .unwrap_or(0)
-}
-
-/// As the daemon bench: one CPU and max-running 1, so one job runs and the
-/// rest queue.
-fn config(state_dir: PathBuf) -> ServeConfig {
-    ServeConfig {
-        machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
-        accel: vec![],
-        tee_path: "/usr/bin/xlurm".to_string(),
-        object_linger: Duration::from_secs(1),
-        policy: Policy::FifoStrict,
-        limits: Limits {
-            max_running: 1,
-            max_lifetime_secs: 3600,
-            min_job_mem: 1 << 20,
-        },
-        priority: xlurm::core::PriorityConfig::default(),
-        user_limits: xlurm::core::UserLimits::default(),
-        state_dir,
-        settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
-        slice: "xlurm.slice".into(),
-        budget: xlurm::core::Budget {
-            jobs: 1_000_000,
-            bytes: 1 << 40,
-            ..Default::default()
-        },
-        retention_secs: 86400,
-        cancel_grace: Duration::from_secs(10),
-        // XLURM_CLI_BENCH_PRIVATE=1: a private queue, where jobs have no
-        // D-Bus objects (what the objects cost).
-        list_is_public: std::env::var_os("XLURM_CLI_BENCH_PRIVATE").is_none(),
-        journalctl: "journalctl".into(),
-        recheck: Duration::from_secs(5),
-        job_cgroups: None,
-    }
-}
-
-async fn run_daemon(address: &str, state: &str) {
-    let conn = zbus::connection::Builder::address(address)
-        .build()
-        .await
-        .unwrap();
-    let served = serve(&conn, config(state.into()))
-        .await
-        .map_err(|r| r.0)
-        .unwrap();
-    served.daemon.kick.notify_one();
-    std::future::pending::<()>().await;
-}
 
 /// `xlurm` under each command name, as the package installs them.
 fn command_links(dir: &Path) -> PathBuf {
@@ -182,11 +124,7 @@ fn pct(x: f64, base: f64) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    if let (Ok(addr), Ok(state)) = (
-        std::env::var("XLURM_BENCH_BUS"),
-        std::env::var("XLURM_BENCH_STATE"),
-    ) {
-        run_daemon(&addr, &state).await;
+    if common::serve_if_child().await {
         return;
     }
     let n = if std::env::var_os("XLURM_CLI_BENCH_SMALL").is_some() {
@@ -200,17 +138,8 @@ async fn main() {
     let state = tempfile::tempdir().unwrap();
     let bins = tempfile::tempdir().unwrap();
     let xlurm = command_links(bins.path());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env("XLURM_BENCH_BUS", &bus.address)
-        .env("XLURM_BENCH_STATE", state.path())
-        .spawn()
-        .unwrap();
+    let mut child = common::start_daemon(&bus, state.path()).await;
     let conn = bus.connect().await.unwrap();
-    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
-    let name = zbus::names::BusName::try_from("org.xlurm.Scheduler1").unwrap();
-    while !dbus.name_has_owner(name.clone()).await.unwrap() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let c = SchedulerProxy::new(&conn).await.unwrap();
     let (bin, addr) = (bins.path(), bus.address.as_str());
     let pid = child.id();

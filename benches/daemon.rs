@@ -3,11 +3,12 @@
 //! accepts StartTransientUnit at once. `cargo bench --bench daemon` prints
 //! the figures with the goals from issue 4 beside them.
 
+mod common;
+
+use common::rss_mib;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use xlurm::cli::client::{Dict, SchedulerProxy};
-use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::run::{serve, ServeConfig};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;
@@ -21,16 +22,6 @@ fn spec() -> Dict {
             vec!["HOME=/root".to_string(), "PATH=/usr/bin:/bin".to_string()],
         ),
     ])
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// CPU time (user + system) process `pid` has used, in clock ticks.
@@ -57,39 +48,6 @@ fn clk_tck() -> f64 {
     }
 }
 
-/// One CPU and max-running 1: one job runs, the rest queue (this measures
-/// the submit path, and a queue of 100,000).
-fn config(state_dir: std::path::PathBuf) -> ServeConfig {
-    ServeConfig {
-        machine: Machine::new(Topology::single(1, 1 << 30), vec![]),
-        accel: vec![],
-        tee_path: "/usr/bin/xlurm".to_string(),
-        object_linger: std::time::Duration::from_secs(1),
-        policy: Policy::FifoStrict,
-        limits: Limits {
-            max_running: 1,
-            max_lifetime_secs: 3600,
-            min_job_mem: 1 << 20,
-        },
-        priority: xlurm::core::PriorityConfig::default(),
-        user_limits: xlurm::core::UserLimits::default(),
-        state_dir,
-        settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
-        slice: "xlurm.slice".into(),
-        budget: xlurm::core::Budget {
-            jobs: 1_000_000,
-            ..Default::default()
-        },
-        retention_secs: 86400,
-        cancel_grace: std::time::Duration::from_secs(10),
-        list_is_public: true,
-        journalctl: "journalctl".into(),
-        recheck: std::time::Duration::from_secs(5),
-        job_cgroups: None,
-    }
-}
-
 /// The IDs of every job `filter` matches, read (and decoded whole) the way
 /// `xqueue` reads them.
 async fn list_all(c: &SchedulerProxy<'_>, filter: Dict) -> Vec<u64> {
@@ -97,19 +55,6 @@ async fn list_all(c: &SchedulerProxy<'_>, filter: Dict) -> Vec<u64> {
     let listing = xlurm::wire::queue::read_fd(fd.into()).unwrap();
     let lines = listing.lines().unwrap();
     lines.iter().map(|l| l.id).collect()
-}
-
-async fn run_daemon(address: &str, state: &str) {
-    let conn = zbus::connection::Builder::address(address)
-        .build()
-        .await
-        .unwrap();
-    let served = serve(&conn, config(state.into()))
-        .await
-        .map_err(|r| r.0)
-        .unwrap();
-    served.daemon.kick.notify_one();
-    std::future::pending::<()>().await;
 }
 
 async fn submit_rate(bus: &PrivateBus, clients: usize, per_client: usize) -> f64 {
@@ -135,11 +80,7 @@ async fn submit_rate(bus: &PrivateBus, clients: usize, per_client: usize) -> f64
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    if let (Ok(addr), Ok(state)) = (
-        std::env::var("XLURM_BENCH_BUS"),
-        std::env::var("XLURM_BENCH_STATE"),
-    ) {
-        run_daemon(&addr, &state).await;
+    if common::serve_if_child().await {
         return;
     }
     let bus = PrivateBus::start().unwrap();
@@ -151,17 +92,10 @@ async fn main() {
         Ok(dir) => tempfile::Builder::new().tempdir_in(dir).unwrap().keep(),
         Err(_) => state.path().to_path_buf(),
     };
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("XLURM_BENCH_BUS", &bus.address)
-        .env("XLURM_BENCH_STATE", &state)
-        .spawn()
-        .unwrap();
+    let mut child = common::start_daemon(&bus, &state).await;
     let conn = bus.connect().await.unwrap();
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
     let name = zbus::names::BusName::try_from("org.xlurm.Scheduler1").unwrap();
-    while !dbus.name_has_owner(name.clone()).await.unwrap() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let c = SchedulerProxy::new(&conn).await.unwrap();
 
     println!("xlurmd benchmarks (daemon in its own process, private dbus-daemon, systemd double)");
@@ -358,14 +292,7 @@ async fn main() {
     // The same state read by a fresh daemon: what the jobs themselves cost,
     // without the allocator's high-water mark from the 100,000 pending ones.
     let t0 = Instant::now();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("XLURM_BENCH_BUS", &bus.address)
-        .env("XLURM_BENCH_STATE", &state)
-        .spawn()
-        .unwrap();
-    while !dbus.name_has_owner(name.clone()).await.unwrap() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut child = common::start_daemon(&bus, &state).await;
     let started = t0.elapsed();
     let c = SchedulerProxy::new(&conn).await.unwrap();
     let n = list_all(
