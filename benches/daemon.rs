@@ -245,6 +245,7 @@ async fn main() {
         trail.push(format!("{:.1}", rss_mib(child.id())));
     }
     let rss = rss_mib(child.id());
+    common::print_heap(&child).await;
     println!(
         "  (job objects left: {left} after {:.1} s; RSS every 6 s after: {} MiB)",
         t0.elapsed().as_secs_f64(),
@@ -301,6 +302,7 @@ async fn main() {
     )
     .await
     .len();
+    common::print_heap(&child).await;
     println!(
         "restart with {n} finished jobs: ready in {:>6.2} s, RSS {:>8.1} MiB (goal < 64 MiB)",
         started.as_secs_f64(),

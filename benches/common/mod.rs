@@ -62,8 +62,44 @@ pub async fn serve_if_child() -> bool {
         .map_err(|r| r.0)
         .unwrap();
     served.daemon.kick.notify_one();
-    std::future::pending::<()>().await;
-    true
+    let mut usr1 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).unwrap();
+    loop {
+        usr1.recv().await;
+        eprintln!("  ({})", heap());
+    }
+}
+
+/// What glibc's allocator holds, all arenas: in use (mmapped blocks
+/// included), and free but kept (what fragmentation costs in RSS at most).
+fn heap() -> String {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or(String::new(), |l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+    };
+    format!(
+        "xlurmd's heap: {:.1} MiB in use, {:.1} MiB free in its arenas; RssAnon {}, RssFile {}, threads {}",
+        mib(m.uordblks + m.hblkhd),
+        mib(m.fordblks),
+        field("RssAnon:"),
+        field("RssFile:"),
+        field("Threads:")
+    )
+}
+
+/// Has the daemon child `child` print its heap figures (see [`heap`]).
+pub async fn print_heap(child: &Child) {
+    // SAFETY: sends a signal to our own child, which handles it.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGUSR1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
 /// Starts xlurmd in a child process (this benchmark again, see
