@@ -1130,7 +1130,10 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
         if let Some(v) = changed.get("State") {
             let state = String::try_from(v.try_clone().unwrap()).unwrap();
             assert!(changed.contains_key("StartTime"), "{changed:?}");
-            assert_eq!(args.invalidated_properties().as_ref(), ["Reason"]);
+            assert_eq!(
+                args.invalidated_properties().as_ref(),
+                ["Reason", "EstimatedStart", "Estimate"]
+            );
             if state == "FAILED" {
                 let code = changed.get("ExitCode").expect("ExitCode with the end");
                 assert_eq!(i32::try_from(code.try_clone().unwrap()).unwrap(), 4);
@@ -1140,6 +1143,61 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
         }
     }
     assert!(saw.contains(&"FAILED".to_string()), "{saw:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_object_tells_when_it_is_estimated_to_start() {
+    let e = env(Mode::Run).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let whole = |argv: &[&str], limit: u64| {
+        let mut s = spec(argv);
+        s.extend([entry("cpus", 4u32), entry("time_limit", limit)]);
+        s
+    };
+    let (first, _) = c.submit(whole(&["/bin/sleep", "30"], 120)).await.unwrap();
+    let running = wait_state(&c, first, "RUNNING").await;
+    let started = get::<u64>(&running, "start_time").unwrap();
+    let (second, _) = c.submit(whole(&["/bin/true"], 60)).await.unwrap();
+    let conn = e.bus.connect().await.unwrap();
+    let props = |id: u64| {
+        let conn = conn.clone();
+        async move {
+            zbus::fdo::PropertiesProxy::builder(&conn)
+                .destination("org.xlurm.Scheduler1")
+                .path(format!("/org/xlurm/Scheduler1/job/{id}"))
+                .build()
+                .await
+                .unwrap()
+                .get_all(zbus::names::InterfaceName::try_from("org.xlurm.Job1").unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let queued = props(second).await;
+    // It can start when the first reaches its 120 s limit, at the latest.
+    let at = get::<u64>(&queued, "EstimatedStart").unwrap();
+    let bound = started + 120 * 1_000_000;
+    assert!(
+        at >= started && at <= bound + 1_000_000,
+        "EstimatedStart {at}, first started {started}, bound {bound}"
+    );
+    assert!(
+        get_str(&queued, "Estimate").contains("time limits"),
+        "{queued:?}"
+    );
+    // The same figure as GetJob's (seconds there).
+    let job = c.get_job(second).await.unwrap();
+    assert_eq!(
+        get::<u64>(&job, "estimated_start").map(|s| s * 1_000_000),
+        Some(at)
+    );
+    // A running job has none.
+    let run = props(first).await;
+    assert_eq!(get::<u64>(&run, "EstimatedStart"), Some(0));
+    assert_eq!(get_str(&run, "Estimate"), "");
+    c.cancel(first).await.unwrap();
+    c.cancel(second).await.unwrap();
 }
 
 /// The node names under `path` as xlurmd's introspection lists them.

@@ -81,7 +81,9 @@ fn heap() -> String {
         status
             .lines()
             .find(|l| l.starts_with(name))
-            .map_or(String::new(), |l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .map_or(String::new(), |l| {
+                l.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+            })
     };
     format!(
         "xlurmd's heap: {:.1} MiB in use, {:.1} MiB free in its arenas; RssAnon {}, RssFile {}, threads {}",

@@ -99,17 +99,28 @@ pub fn put_schedule(
         put(m, "fairshare", p.fairshare);
         put(m, "age", p.age);
     }
-    if let Some(e) = sched.estimated_start(job.id, now) {
-        let (at, why) = match &e {
-            crate::core::estimate::Estimate::At { time } => (
-                *time,
-                "from running jobs' time limits and the jobs ahead".to_string(),
-            ),
-            crate::core::estimate::Estimate::Unknown(_) => (0, e.to_string()),
-        };
+    if let Some((at, why)) = estimate(sched, job.id, now) {
         put(m, "estimated_start", at);
         put(m, "estimate", why);
     }
+}
+
+/// When queued job `id` is estimated to start (seconds since the epoch; 0
+/// when it cannot be bounded) and how that was reached or why it cannot be,
+/// at `now` (seconds); `None` unless it is in the queue.
+pub fn estimate(
+    sched: &crate::core::Scheduler,
+    id: crate::core::JobId,
+    now: u64,
+) -> Option<(u64, String)> {
+    let e = sched.estimated_start(id, now)?;
+    Some(match &e {
+        crate::core::estimate::Estimate::At { time } => (
+            *time,
+            "from running jobs' time limits and the jobs ahead".to_string(),
+        ),
+        crate::core::estimate::Estimate::Unknown(_) => (0, e.to_string()),
+    })
 }
 
 /// `GetShares`: one a{sv} per user of `rows`, named.

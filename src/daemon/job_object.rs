@@ -30,6 +30,12 @@ pub struct JobObject {
 }
 
 impl JobObject {
+    async fn queued_estimate(&self) -> Option<(u64, String)> {
+        let st = self.daemon.state.lock().await;
+        let now = crate::wire::time::now_usec() / 1_000_000;
+        super::fairness::estimate(&st.sched, self.id, now)
+    }
+
     async fn with<T>(&self, f: impl FnOnce(&Job) -> T, default: T) -> T {
         let st = self.daemon.state.lock().await;
         st.jobs.get(&self.id).map(f).unwrap_or(default)
@@ -95,6 +101,26 @@ impl JobObject {
         let st = self.daemon.state.lock().await;
         st.reason(self.id)
             .map(|r| r.to_string())
+            .unwrap_or_default()
+    }
+    /// While queued: when it is estimated to start, microseconds since the
+    /// epoch, from running jobs' time limits and the jobs ahead (as `xqueue
+    /// --start`); 0 when that cannot be bounded (see Estimate) or it is not
+    /// in the queue (running, ended, or kept out: see Reason).
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn estimated_start(&self) -> u64 {
+        self.queued_estimate()
+            .await
+            .map_or(0, |(at, _)| at.saturating_mul(1_000_000))
+    }
+    /// While queued: how EstimatedStart was reached, or why there is none (a
+    /// running job without a time limit, busy devices, a limit); empty when
+    /// it is not in the queue.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn estimate(&self) -> String {
+        self.queued_estimate()
+            .await
+            .map(|(_, why)| why)
             .unwrap_or_default()
     }
     /// Microseconds since the epoch.
@@ -290,7 +316,7 @@ async fn update_object(
                 iface.signal_emitter(),
                 zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
                 changed,
-                std::borrow::Cow::Borrowed(&["Reason"]),
+                std::borrow::Cow::Borrowed(&["Reason", "EstimatedStart", "Estimate"]),
             )
             .await;
         }
