@@ -2,7 +2,9 @@
 
 use super::client::{connect, get};
 use super::sbatch::apply_sbatch;
-use super::submit::{default_gpu_hint, output_of, settle_gpus, spec_from, submit_with_output};
+use super::submit::{
+    copied_output, default_gpu_hint, output_of, settle_gpus, spec_from, submit_with_output,
+};
 use super::BatchArgs;
 use crate::core::request::format_bytes;
 use anyhow::{bail, Context, Result};
@@ -35,7 +37,7 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
     // An array's tasks each write their own file (%A_%a), which each opens
     // as you when it starts; a single job's file is opened here, now.
     let mut spec = spec;
-    let output = match (&a.res.array, &a.res.output) {
+    let output = match (&a.res.array, copied_output(&a.res)) {
         (Some(_), Some(o)) => {
             let path = std::env::current_dir()?.join(o);
             let (k, v) = crate::wire::spec::entry("output_template", path.display().to_string());

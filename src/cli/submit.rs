@@ -232,10 +232,14 @@ pub fn open_output(path: &str, cwd: &std::path::Path) -> Result<OutputFile> {
 /// The `--output` file of `res`, if it names one, opened.
 pub(super) fn output_of(res: &ResourceArgs) -> Result<Option<OutputFile>> {
     let cwd = std::env::current_dir()?;
-    res.output
-        .as_deref()
-        .map(|o| open_output(o, &cwd))
-        .transpose()
+    copied_output(res).map(|o| open_output(o, &cwd)).transpose()
+}
+
+/// The `--output` path to copy the job's output into, if any: `/dev/null`
+/// (Slurm's way to discard it, common in `#SBATCH` lines) asks for no copy,
+/// and the output stays in the journal only.
+pub(super) fn copied_output(res: &ResourceArgs) -> Option<&str> {
+    res.output.as_deref().filter(|o| *o != "/dev/null")
 }
 
 impl OutputFile {
@@ -301,6 +305,18 @@ pub(super) async fn submit_with_output(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_to_dev_null_discards_it_as_in_slurm() {
+        let with = |o: &str| ResourceArgs {
+            output: Some(o.into()),
+            ..Default::default()
+        };
+        assert_eq!(copied_output(&with("/dev/null")), None);
+        assert!(output_of(&with("/dev/null")).unwrap().is_none());
+        assert_eq!(copied_output(&with("out-%j.txt")), Some("out-%j.txt"));
+        assert_eq!(copied_output(&ResourceArgs::default()), None);
+    }
 
     #[test]
     fn an_existing_output_file_is_neither_truncated_nor_removed_by_a_refused_submission() {

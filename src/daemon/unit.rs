@@ -124,10 +124,14 @@ pub fn reserved_env(name: &str) -> bool {
 /// Slurm's job variables (sbatch(1), "OUTPUT ENVIRONMENT VARIABLES"), as a
 /// batch job on a one-node Slurm cluster sees them, so that Slurm scripts
 /// run unchanged. Every job gets them ([`slurm_variables`]) but the two GPU
-/// ones, which only a job holding devices gets. All are reserved: a
-/// forwarded value (from a shell inside another job, say) is replaced, or
-/// dropped where this job has none (a CPU job gets no `SLURM_JOB_GPUS`).
-pub const SLURM_VARIABLES: [&str; 19] = [
+/// ones, which only a job holding devices gets, and `SLURM_RESTART_COUNT`,
+/// which only a job queued again gets (as in Slurm: its presence says the
+/// job was restarted). All are reserved: a forwarded value (from a shell
+/// inside another job, say) is replaced, or dropped where this job has none
+/// (a CPU job gets no `SLURM_JOB_GPUS`). VM 17 compares them with real
+/// Slurm's for the same script; `SLURM_NTASKS` and `SLURM_NPROCS` are set
+/// always (1), where Slurm sets them only when `-n` is given.
+pub const SLURM_VARIABLES: [&str; 22] = [
     "SLURM_JOB_ID",
     "SLURM_JOBID",
     "SLURM_JOB_NAME",
@@ -147,6 +151,9 @@ pub const SLURM_VARIABLES: [&str; 19] = [
     "SLURM_NODELIST",
     "SLURM_JOB_NODELIST",
     "SLURM_RESTART_COUNT",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
 ];
 
 /// Set only for a job holding devices (Slurm leaves them unset otherwise).
@@ -247,11 +254,17 @@ pub fn slurm_variables(job: &Job, node: &str) -> Vec<(String, String)> {
         node.to_string(),
         node.to_string(),
         job.restarts.to_string(),
+        // The batch step is task 0 of node 0 (what PyTorch Lightning and
+        // other launchers read to find their rank).
+        "0".into(),
+        "0".into(),
+        "0".into(),
     ];
     let mut vars: Vec<(String, String)> = SLURM_VARIABLES
         .iter()
         .map(|n| n.to_string())
         .zip(values)
+        .filter(|(n, _)| n != "SLURM_RESTART_COUNT" || job.restarts > 0)
         .collect();
     let devices = alloc.map(|a| a.devices.as_slice()).unwrap_or_default();
     if !devices.is_empty() {
@@ -569,6 +582,7 @@ mod tests {
                 "SLURM_ARRAY_TASK_ID=3",
                 "XLURM_ARRAY_TASK_ID=3",
                 "SLURM_MEM_PER_CPU=100",
+                "SLURM_RESTART_COUNT=4",
                 "SLURM_CONF=/etc/slurm/slurm.conf",
             ]
             .map(String::from)
@@ -594,6 +608,9 @@ mod tests {
             ("SLURM_TASKS_PER_NODE", "1"),
             ("SLURM_NODELIST", "gpu1"),
             ("SLURM_JOB_NODELIST", "gpu1"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "0"),
             ("SLURM_GPUS_ON_NODE", "1"),
             ("SLURM_JOB_GPUS", "0"),
             ("XLURM_JOB_ID", "7"),
@@ -602,11 +619,13 @@ mod tests {
         ] {
             assert_eq!(value(&env, name), Some(want), "{name} in {env:?}");
         }
-        // Not this job's: dropped rather than passed on.
+        // Not this job's: dropped rather than passed on (it never restarted:
+        // Slurm sets SLURM_RESTART_COUNT only after a restart).
         for name in [
             "SLURM_ARRAY_TASK_ID",
             "XLURM_ARRAY_TASK_ID",
             "SLURM_MEM_PER_CPU",
+            "SLURM_RESTART_COUNT",
         ] {
             assert_eq!(value(&env, name), None, "{name} in {env:?}");
         }

@@ -16,6 +16,9 @@ mirror=${XLURM_VM_MIRROR:-http://deb.debian.org/debian}
 security=${XLURM_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
 packages=systemd,systemd-sysv,dbus,polkitd,pkexec,udev,kmod,procps,util-linux,linux-image-amd64,man-db,bash-completion,dbus-user-session
+# Real Slurm (22.05), to run the same batch scripts under sbatch and xbatch (VM
+# 17): disabled at boot below, started only by that scenario.
+packages+=,slurmctld,slurmd,slurm-client,munge,iproute2
 
 rootfs="$out/rootfs"
 mkdir -p "$out"
@@ -117,6 +120,11 @@ for u in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_al
          systemd-networkd-wait-online.service systemd-timesyncd.service \
          e2scrub_reap.service; do
     ln -sf /dev/null "$r/etc/systemd/system/$u"
+done
+
+# Slurm's daemons cost every scenario CPU under TCG: VM 17 starts them.
+for u in slurmctld.service slurmd.service munge.service; do
+    find "$r/etc/systemd/system" -name "$u" -type l -delete
 done
 
 # The test runner unit.

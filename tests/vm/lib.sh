@@ -101,5 +101,8 @@ XB=(busctl call --timeout=60 -- "${XD[@]}")
 # job_state ID: the job's state (GetJob as root), e.g. RUNNING.
 job_state() { "${XB[@]}" GetJob t "$1" | grep -o '"state" s "[A-Z_]*"' | awk '{print $3}' | tr -d '"'; }
 
+# active_ids USER [STATE]: IDs of USER's jobs in the queue (in STATE only, if given).
+active_ids() { xqueue --limit 0 | awk -v u="$1" -v s="${2:-}" 'NR > 1 && $2 == u && (s == "" || $4 == s) {print $1}'; }
+
 # xlurmd_owner: the unique bus name that owns org.xlurm.Scheduler1 now.
 xlurmd_owner() { busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p'; }

@@ -31,8 +31,6 @@ note "xlurmd's descriptor limit: $(grep 'Max open files' "/proc/$pid/limits")"
 soft=$(awk '/Max open files/ {print $4}' "/proc/$pid/limits")
 [ "$soft" -ge 65536 ] || fail "xlurmd's soft descriptor limit is $soft (LimitNOFILE= in the unit)"
 
-# active_ids USER [STATE]: IDs of USER's active jobs (in STATE).
-active_ids() { xqueue --limit 0 | awk -v u="$1" -v s="${2:-}" 'NR > 1 && $2 == u && (s == "" || $4 == s) {print $1}'; }
 pending_of() { active_ids "$1" PENDING | wc -l; }
 log_size() { stat -c %s /var/lib/xlurm/jobs.log; }
 
