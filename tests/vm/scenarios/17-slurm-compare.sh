@@ -6,7 +6,8 @@
 # replaced by names: an array's tasks with their SLURM_ARRAY_* and -o %A_%a
 # files, a dependency chain's order, and a job's Slurm variables. An afterok on
 # a job that failed leaves the dependent waiting with reason
-# DependencyNeverSatisfied under both.
+# DependencyNeverSatisfied under both. At the end every job's final state,
+# side by side, must agree too.
 # Slurm's daemons are disabled at boot in the image (tests/vm/build-image.sh)
 # and stopped again at the end.
 # timeout: 600
@@ -137,7 +138,8 @@ check "a dependency chain: b afterok:a, c afterany:b, whatever their order in ti
 for system in slurm xlurm; do
     a=$(run "$system" step.sh a)
     b=$(run "$system" "-d afterok:$a" step.sh b)
-    run "$system" "--dependency=afterany:$b" step.sh c >/dev/null
+    c=$(run "$system" "--dependency=afterany:$b" step.sh c)
+    printf 'a %s\nb %s\nc %s\n' "$a" "$b" "$c" >>"/home/alice/$system/ids"
 done
 wait_for "idle slurm && idle xlurm" 180 1 || fail "the chains did not finish: $(squeue -u alice; as_user alice xqueue)"
 same order.txt
@@ -171,6 +173,7 @@ declare -A dependent
 for system in slurm xlurm; do
     bad=$(run "$system" step.sh bad 3)
     dependent[$system]=$(run "$system" "-d afterok:$bad" step.sh never)
+    printf 'bad %s\nnever %s\n' "$bad" "${dependent[$system]}" >>"/home/alice/$system/ids"
 done
 reason_slurm() { squeue -h -j "${dependent[slurm]}" -o %r 2>/dev/null; }
 reason_xlurm() { as_user alice xlurm queue "${dependent[xlurm]}" --json | grep -o '"reason": *"[A-Za-z]*' | sed 's/.*"//'; }
@@ -180,4 +183,15 @@ note "both: DependencyNeverSatisfied (Slurm job ${dependent[slurm]}, xlurm job $
 scancel "${dependent[slurm]}"
 as_user alice xcancel "${dependent[xlurm]}" >/dev/null
 grep -qx never /home/alice/slurm/order.txt /home/alice/xlurm/order.txt && fail "a dependent of a failed job ran"
+
+check "every job's final state, side by side"
+wait_for "idle slurm && idle xlurm" 60 1 || fail "jobs left: $(squeue -u alice; as_user alice xqueue)"
+state_slurm() { scontrol show job -o "$1" | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+state_xlurm() { as_user alice xlurm queue "$1" --json | grep -o '"state": *"[A-Z_]*' | sed 's/.*"//'; }
+for system in slurm xlurm; do
+    arr=$(cat "/home/alice/$system/sweep.id")
+    { for i in 1 3 5; do echo "sweep_$i ${arr}_$i"; done; cat "/home/alice/$system/ids"; } |
+        while read -r name id; do echo "$name $("state_$system" "$id")"; done >"/home/alice/$system/states.txt"
+done
+same states.txt
 exit 0
