@@ -268,7 +268,7 @@ async fn jobs_get_slurms_variables_and_the_cancel_grace_and_one_device_by_defaul
     }
     let p = unit_properties(&e, cpu);
     let env = Vec::<String>::try_from(p["Environment"].try_clone().unwrap()).unwrap();
-    let node = xlurm::daemon::unit::node_name();
+    let node = xlurm::daemon::job_env::node_name();
     for want in [
         format!("SLURM_JOB_ID={cpu}"),
         format!("SLURM_JOBID={cpu}"),

@@ -6,6 +6,7 @@ pub mod as_user;
 pub mod audience;
 pub mod fairness;
 pub mod job;
+pub mod job_env;
 pub mod job_object;
 pub mod journal;
 pub mod listing;

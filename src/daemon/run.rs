@@ -396,8 +396,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         })?
         .with_job_cgroups(cfg.job_cgroups.clone())
         .with_runtime_units(runtime_units(cfg.settings_user_mode));
-    let version = systemd.version().await.unwrap_or_default();
-    let memory_nodes = cfg.memory_nodes.resolve(&version);
+    let version = systemd.version();
+    let memory_nodes = cfg.memory_nodes.resolve(version);
     tracing::info!("systemd {version}: job memory kept on its nodes by {memory_nodes:?}");
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(

@@ -70,6 +70,8 @@ pub struct Systemd {
     /// Whether units have `MemoryPeak` (systemd 256 and later): if not, it
     /// is not asked for (one call fewer per job).
     has_memory_peak: bool,
+    /// The manager's `Version`, read once at connect.
+    version: String,
     /// The manager's runtime unit directory (`/run/systemd/system`), where
     /// a running job's new time limit goes as a drop-in (see `set_time_limit`).
     runtime_units: Option<std::path::PathBuf>,
@@ -83,11 +85,16 @@ pub fn time_limit_dropin(runtime_units: &std::path::Path, unit: &str) -> std::pa
 
 const DROPIN_NAME: &str = "50-xlurm-time-limit.conf";
 
-/// Whether systemd `version` (its `Version` property: `252.39-1~deb12u1`,
-/// `256.7`) has `MemoryPeak`; true when it cannot tell.
-pub fn has_memory_peak(version: &str) -> bool {
+/// The major number of systemd's `Version` property (`252.39-1~deb12u1`:
+/// 252, `256.7`: 256); `None` when it has none.
+pub fn major_version(version: &str) -> Option<u32> {
     let major: String = version.chars().take_while(char::is_ascii_digit).collect();
-    major.parse::<u32>().map_or(true, |v| v >= 256)
+    major.parse().ok()
+}
+
+/// Whether systemd `version` has `MemoryPeak`; true when it cannot tell.
+pub fn has_memory_peak(version: &str) -> bool {
+    major_version(version).is_none_or(|v| v >= 256)
 }
 
 /// The D-Bus object path of a unit (systemd escapes names: `-` is `_2d`).
@@ -353,6 +360,7 @@ impl Systemd {
             manager,
             job_cgroups: None,
             has_memory_peak: has_memory_peak(&version),
+            version,
             runtime_units: None,
         })
     }
@@ -375,8 +383,9 @@ impl Systemd {
         &self.conn
     }
 
-    pub async fn version(&self) -> Result<String> {
-        Ok(self.manager.version().await?)
+    /// The manager's `Version` as read at connect (empty if it gave none).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 }
 

@@ -47,7 +47,7 @@ impl Task {
     }
 
     /// Its `SLURM_ARRAY_*` and `XLURM_ARRAY_*` values, in the order of
-    /// `unit::ARRAY_VARIABLES`.
+    /// `job_env::ARRAY_VARIABLES`.
     pub fn variables(&self) -> [String; 6] {
         [
             self.array.to_string(),

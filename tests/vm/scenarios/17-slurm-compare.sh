@@ -159,7 +159,7 @@ done
 export LC_ALL=C
 names() { cut -d= -f1 "/home/alice/$1/env.txt" | sort; }
 # Slurm sets SLURM_NTASKS and SLURM_NPROCS only when -n is given; xlurm always
-# (1: one task), on purpose (src/daemon/unit.rs, SLURM_VARIABLES).
+# (1: one task), on purpose (src/daemon/job_env.rs, SLURM_VARIABLES).
 invented=$(join -v 2 <(names slurm) <(names xlurm) | { grep -vx -e SLURM_NTASKS -e SLURM_NPROCS || true; } | tr '\n' ' ')
 [ -z "$invented" ] || fail "xlurm sets variables Slurm does not set for the same script: $invented"
 for system in slurm xlurm; do
