@@ -146,7 +146,11 @@ static void fake_parse_device(char *rest, struct fake_device *d, int index)
     d->numa = -1;
     d->card = index;
     snprintf(d->node, sizeof d->node, "/dev/mtgpu.%d", index);
-    for (char *tok = strtok(rest, " \t\r\n"); tok; tok = strtok(NULL, " \t\r\n")) {
+    /* strtok_r, not strtok: strtok's position is one global of the C library, and
+     * tests running in parallel threads parse their own libraries' states at once. */
+    char *save = NULL;
+    for (char *tok = strtok_r(rest, " \t\r\n", &save); tok;
+         tok = strtok_r(NULL, " \t\r\n", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq)
             continue;
