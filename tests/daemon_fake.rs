@@ -1570,9 +1570,20 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
             "docs/json.md (xqueue --json) vs ListJobs"
         );
     }
+    // A limit for everyone, so that the caller's `limits` has an entry.
+    client(&e)
+        .await
+        .set_user_limits(r#"{"default": {"running_jobs": 100}}"#)
+        .await
+        .unwrap();
     let info = cli_json(&e, &["info", "--json"]);
     let tables = documented_keys(&doc, "`xinfo --json`");
-    assert_eq!(tables.len(), 3, "xinfo: the machine, nodes, devices");
+    assert_eq!(
+        tables.len(),
+        4,
+        "xinfo: the machine, nodes, devices, limits"
+    );
+    assert_eq!(keys(&info["limits"][0]), tables[3], "docs/json.md: limits");
     assert_eq!(
         keys(&info),
         tables[0],
@@ -2022,4 +2033,51 @@ async fn xlurmd_exits_69_when_its_bus_goes_away() {
         .expect("xlurmd exited")
         .unwrap();
     assert_eq!(status.code(), Some(69));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_name_users_and_xinfo_shows_the_callers_own() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .expect("the test's user has a name")
+        .name;
+    let text = cli(&e, ["info"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("your limits: none"),
+        "{text:?}"
+    );
+    c.set_user_limits(&format!(
+        r#"{{"users": {{"{me}": {{"running_jobs": 3, "gpus": 2, "shares": 4}}}}}}"#
+    ))
+    .await
+    .unwrap();
+    // Shown by name; an unknown name is refused and changes nothing.
+    let shown = c.get_user_limits().await.unwrap();
+    assert!(shown.contains(&format!("\"{me}\"")), "{shown}");
+    let err = c
+        .set_user_limits(r#"{"users": {"no-such-user-xlurm": {"gpus": 1}}}"#)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no user named \"no-such-user-xlurm\""),
+        "{err}"
+    );
+    assert_eq!(c.get_user_limits().await.unwrap(), shown);
+    // xinfo: each of the caller's limits, in use of limit, and where set.
+    let out = cli(&e, ["info"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let uid = nix::unistd::getuid().as_raw();
+    assert!(
+        text.contains(&format!(
+            "your limits:\n    running jobs: 0 of 3 (the limit set for user {uid})\n    GPUs: 0 of 2 (the limit set for user {uid})\n"
+        )),
+        "{text}"
+    );
+    let info = cli_json(&e, &["info", "--json"]);
+    assert_eq!(info["limits"][1]["scope"], "user", "{info}");
+    assert_eq!(info["limits"][1]["limit"], 2, "{info}");
 }

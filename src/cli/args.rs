@@ -96,7 +96,7 @@ pub struct ResourceArgs {
     /// Job name (default: the command's name).
     #[arg(short = 'n', long)]
     pub name: Option<String>,
-    /// Lower the job's priority by N (only root may give a negative N).
+    /// Lower the job's priority by N (a negative N raises it: admins only, through polkit).
     #[arg(long, allow_negative_numbers = true)]
     pub nice: Option<i32>,
     /// Queue the job held: it waits until `xlurm release ID`.
@@ -246,7 +246,7 @@ pub struct UpdateArgs {
     /// Job name.
     #[arg(short = 'n', long)]
     pub name: Option<String>,
-    /// Priority adjustment (only root may give a negative one).
+    /// Priority adjustment (a negative one raises priority: admins only, through polkit).
     #[arg(long, allow_negative_numbers = true)]
     pub nice: Option<i32>,
     /// A new dependency (as -d at submission); "" clears it.

@@ -50,6 +50,11 @@ fn machine_text(m: &Dict) -> String {
             format_bytes(get::<u64>(n, "mem_free").unwrap_or(0))
         );
     }
+    let limits: Vec<Dict> = m
+        .get("limits")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Vec::<Dict>::try_from(v).ok())
+        .unwrap_or_default();
     let devices: Vec<Dict> = m
         .get("devices")
         .and_then(|v| v.try_clone().ok())
@@ -80,6 +85,14 @@ fn machine_text(m: &Dict) -> String {
         let err = get_str(d, "monitoring_error");
         if !err.is_empty() {
             let _ = writeln!(out, "    {err}");
+        }
+    }
+    if limits.is_empty() {
+        let _ = writeln!(out, "your limits: none");
+    } else {
+        let _ = writeln!(out, "your limits:");
+        for l in &limits {
+            let _ = writeln!(out, "    {}", get_str(l, "text"));
         }
     }
     out

@@ -54,6 +54,10 @@ pub struct UserLimit {
     /// Accelerators of one vendor.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gpus_per_vendor: BTreeMap<Vendor, u32>,
+    /// Not a limit: the user's fair-share shares (`core::fairshare`), set
+    /// beside the limits so that one admin file says what each user gets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u32>,
 }
 
 /// The admin's limits: per user, per Unix group (for each member), and the
@@ -240,6 +244,36 @@ impl fmt::Display for LimitHit {
     }
 }
 
+/// One limit that holds for a user, and how much of it is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub what: Resource,
+    pub used: u64,
+    pub limit: u64,
+    pub scope: Scope,
+}
+
+impl Standing {
+    /// What is limited, as `xinfo` and reasons name it (`GPUs`, `memory`).
+    pub fn label(&self) -> String {
+        self.what.label()
+    }
+}
+
+impl fmt::Display for Standing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.what;
+        write!(
+            f,
+            "{}: {} of {} ({})",
+            r.label(),
+            r.show(self.used),
+            r.show(self.limit),
+            self.scope
+        )
+    }
+}
+
 /// A submission refused for its owner's limits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
@@ -288,6 +322,17 @@ impl UserLimits {
     /// No limits at all.
     pub fn is_empty(&self) -> bool {
         *self == UserLimits::default()
+    }
+
+    /// The fair-share shares of `uid` (in primary group `gid`, where known):
+    /// the user's setting, else their group's, else the default's; `None`
+    /// where the admin set none.
+    pub fn shares(&self, uid: Uid, gid: Option<Gid>) -> Option<u32> {
+        self.users
+            .get(&uid)
+            .and_then(|l| l.shares)
+            .or_else(|| gid.and_then(|g| self.groups.get(&g)).and_then(|l| l.shares))
+            .or(self.default.shares)
     }
 
     /// The limits that apply to `uid` in primary group `gid`.
@@ -342,6 +387,27 @@ impl Resolved {
                 .map(move |v| w(Resource::VendorGpus(v), self.per_vendor[v.index()])),
         )
         .flatten()
+    }
+
+    /// Each limit that holds for a user holding `held` with `pending` jobs
+    /// waiting, pending jobs' limit included, and how much of it is in use
+    /// (what `xinfo` shows its caller).
+    pub fn standing(&self, held: &Held, pending: u32) -> Vec<Standing> {
+        let pend = self
+            .pending_jobs
+            .map(|(v, s)| (Resource::PendingJobs, v as u64, s));
+        self.bounds()
+            .chain(pend)
+            .map(|(what, limit, scope)| Standing {
+                what,
+                used: match what {
+                    Resource::PendingJobs => pending as u64,
+                    r => held.get(r),
+                },
+                limit,
+                scope,
+            })
+            .collect()
     }
 
     /// The first limit `adding` would take a user holding `held` past; only

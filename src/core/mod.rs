@@ -33,7 +33,7 @@ pub use device::{Device, DeviceRef, Health, Vendor};
 pub use estimate::{Estimate, Unknown};
 pub use fairshare::{ShareRow, UsageLedger, UsageWeights};
 pub use idset::{CpuSet, IdSet, NodeSet};
-pub use limits::{Held, LimitError, LimitHit, Resource, Scope, UserLimit, UserLimits};
+pub use limits::{Held, LimitError, LimitHit, Resource, Scope, Standing, UserLimit, UserLimits};
 pub use machine::Machine;
 pub use policy::Policy;
 pub use priority::{Owner, Priority, PriorityConfig, PriorityMode, Submission};

@@ -171,7 +171,7 @@ pub struct Submission {
 /// A nice value the caller may not give.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NiceError {
-    #[error("a negative nice ({0}) raises priority; only an admin may give one")]
+    #[error("a negative nice ({0}) raises priority; only an admin may give one (root, or the polkit authorization org.xlurm.scheduler.manage)")]
     NotAdmin(i32),
     #[error("nice {0} is out of range: use -{MAX_NICE} to {MAX_NICE}")]
     OutOfRange(i32),

@@ -28,7 +28,7 @@ use super::alloc::{place, place_avoiding, Allocation, Need, Room};
 use super::books::{Avail, Books};
 use super::device::{Health, Vendor};
 use super::fairshare::{Meters, UsageWeights};
-use super::limits::{Held, Uid, UserLimits};
+use super::limits::{Held, UserLimits};
 use super::machine::Machine;
 use super::policy::Policy;
 use super::priority::{PriorityConfig, Submission};
@@ -127,8 +127,8 @@ pub struct Scheduler {
     prio: PriorityConfig,
     weights: UsageWeights,
     meters: Meters,
-    /// Shares the admin gave; other users have `prio.default_share`.
-    shares: BTreeMap<Uid, u32>,
+    /// The admin's limits and shares (users given none have
+    /// `prio.default_share`).
     user_limits: UserLimits,
     users: Users,
     /// The latest time seen (a pass, a re-keying, an end, a submission).
@@ -158,7 +158,6 @@ impl Scheduler {
             exclusive: 0,
             meters: Meters::new(prio.half_life_secs),
             prio,
-            shares: BTreeMap::new(),
             user_limits: UserLimits::default(),
             users: Users::default(),
             clock: 0,

@@ -53,9 +53,10 @@ impl SchedulerApi {
         let mut spec = spec;
         let output = take_output(&mut spec)?;
         let spec = spec::parse(&spec).map_err(|e| ApiError::InvalidArgs(e.0))?;
+        let admin = self.may_raise(conn, &hdr, uid, [&spec]).await?;
         let s = self
             .daemon
-            .submit_with_output(uid, vec![spec], output)
+            .submit_as(uid, admin, vec![spec], output)
             .await?
             .remove(0);
         self.listen(&hdr, s.id);
@@ -86,9 +87,10 @@ impl SchedulerApi {
                     .map_err(|e| ApiError::InvalidArgs(format!("job {}: {}", i + 1, e.0)))?,
             );
         }
+        let admin = self.may_raise(conn, &hdr, uid, &parsed).await?;
         let ids: Vec<u64> = self
             .daemon
-            .submit(uid, parsed)
+            .submit_as(uid, admin, parsed, None)
             .await?
             .into_iter()
             .map(|s| s.id)
@@ -190,8 +192,9 @@ impl SchedulerApi {
     ) -> Result<(), ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         let changes = spec::parse_changes(&changes).map_err(|e| ApiError::InvalidArgs(e.0))?;
-        // Raising a running job's time limit needs polkit, even for its owner.
-        let raising = {
+        // Raising a running job's time limit, or any job's priority (a
+        // negative nice), needs polkit, even for its owner.
+        let raising = changes.nice.is_some_and(|n| n < 0) || {
             let st = self.daemon.state.lock().await;
             st.jobs.get(&id).is_some_and(|j| {
                 j.state() == JobState::Running
@@ -262,16 +265,22 @@ impl SchedulerApi {
             .map_err(|e| ApiError::Failed(e.to_string()))
     }
 
-    /// The per-user limits in force, as JSON (see the admin guide).
+    /// The per-user limits and shares in force, as JSON (see the admin
+    /// guide): users and groups by name where the system knows them.
     #[zbus(out_args("limits"))]
     async fn get_user_limits(&self) -> Result<String, ApiError> {
-        let st = self.daemon.state.lock().await;
-        serde_json::to_string_pretty(st.sched.user_limits())
-            .map_err(|e| ApiError::Failed(e.to_string()))
+        let limits = self.daemon.state.lock().await.sched.user_limits().clone();
+        // Names come from NSS, which may block: off the event loop.
+        tokio::task::spawn_blocking(move || {
+            super::fairness::render_user_limits(&limits, &super::fairness::Nss)
+        })
+        .await
+        .map_err(|e| ApiError::Failed(e.to_string()))
     }
 
-    /// Replaces the per-user limits, live (admin): JSON as `GetUserLimits`
-    /// gives; kept in the state directory, which then wins over
+    /// Replaces the per-user limits and shares, live (admin): JSON as
+    /// `GetUserLimits` gives, users and groups by name or ID (an unknown
+    /// name is refused); kept in the state directory, which then wins over
     /// `--user-limits`. Jobs running keep running; waiting ones are held to
     /// the new limits at the next pass.
     async fn set_user_limits(
@@ -283,7 +292,13 @@ impl SchedulerApi {
         // Asked first: nobody else's text is parsed.
         self.require_admin(conn, &hdr, "changing user limits")
             .await?;
-        let limits = super::fairness::parse_user_limits(limits).map_err(ApiError::InvalidArgs)?;
+        let text = limits.to_string();
+        let limits = tokio::task::spawn_blocking(move || {
+            super::fairness::parse_user_limits(&text, &super::fairness::Nss)
+        })
+        .await
+        .map_err(|e| ApiError::Failed(e.to_string()))?
+        .map_err(ApiError::InvalidArgs)?;
         let mut st = self.daemon.state.lock().await;
         super::fairness::save_user_limits(st.store.dir(), &limits)
             .map_err(|e| ApiError::Failed(format!("keeping the limits: {e:#}")))?;
@@ -359,18 +374,26 @@ impl SchedulerApi {
         ))
     }
 
-    /// The machine: NUMA nodes, devices with states and holders, policy and limits.
+    /// The machine: NUMA nodes, devices with states and holders, policy and
+    /// limits; `limits` (aa{sv}): each per-user limit that holds for the
+    /// caller, with `resource`, `used`, `limit`, `scope` (user, group,
+    /// default) and `text`.
     #[zbus(out_args("machine"))]
     async fn get_machine(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Dict, ApiError> {
+        let caller = self.caller(conn, &hdr).await?;
         // On a private queue a device's holder is shown to the job's owner only.
         let viewer = match self.daemon.settings.list_is_public {
             true => None,
-            false => Some(self.caller(conn, &hdr).await?),
+            false => Some(caller),
         };
+        // The caller's primary group, for group limits (NSS: off the event loop).
+        let gid = tokio::task::spawn_blocking(move || super::service::user_name(caller).1)
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))?;
         let st = self.daemon.state.lock().await;
         let shown = |id: &u64| match viewer {
             None => true,
@@ -444,6 +467,12 @@ impl SchedulerApi {
         let (pending, running) = st.counts();
         put(&mut out, "pending", pending as u32);
         put(&mut out, "running", running as u32);
+        let owner = crate::core::Owner { uid: caller, gid };
+        put(
+            &mut out,
+            "limits",
+            super::fairness::standing(&st.sched.standing(owner)),
+        );
         Ok(out)
     }
 

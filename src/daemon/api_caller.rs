@@ -157,6 +157,22 @@ impl SchedulerApi {
         Ok(r.is_authorized)
     }
 
+    /// Whether the caller may raise priority in `specs`: polkit is asked only
+    /// when one of them gives a negative nice (root always may).
+    pub(super) async fn may_raise<'s>(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        uid: u32,
+        specs: impl IntoIterator<Item = &'s crate::daemon::spec::Spec>,
+    ) -> ApiResult<bool> {
+        if uid != 0 && specs.into_iter().any(|s| s.nice < 0) {
+            self.authorized(conn, hdr, uid).await
+        } else {
+            Ok(uid == 0)
+        }
+    }
+
     pub(super) async fn require_admin(
         &self,
         conn: &Connection,

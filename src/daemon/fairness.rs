@@ -5,8 +5,9 @@
 
 use super::options::Options;
 use super::run::Refusal;
-use crate::core::{PriorityConfig, PriorityMode, UserLimits};
+use crate::core::{PriorityConfig, PriorityMode, UserLimit, UserLimits};
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The usage ledger's file in the state directory.
@@ -31,19 +32,121 @@ pub fn priority_config(o: &Options) -> Result<PriorityConfig, Refusal> {
     })
 }
 
-/// Parses limits from JSON text, naming what is wrong.
-pub fn parse_user_limits(text: &str) -> Result<UserLimits, String> {
+/// Where the names in a limits file are looked up: NSS in the daemon
+/// ([`Nss`]), a table in tests.
+pub trait Directory {
+    fn uid(&self, user: &str) -> Option<u32>;
+    fn gid(&self, group: &str) -> Option<u32>;
+    fn user_name(&self, uid: u32) -> Option<String>;
+    fn group_name(&self, gid: u32) -> Option<String>;
+}
+
+/// The system's users and groups (NSS: may block, so off the event loop).
+pub struct Nss;
+
+impl Directory for Nss {
+    fn uid(&self, user: &str) -> Option<u32> {
+        nix::unistd::User::from_name(user)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    }
+    fn gid(&self, group: &str) -> Option<u32> {
+        nix::unistd::Group::from_name(group)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+    }
+    fn user_name(&self, uid: u32) -> Option<String> {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    }
+    fn group_name(&self, gid: u32) -> Option<String> {
+        nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+            .ok()
+            .flatten()
+            .map(|g| g.name)
+    }
+}
+
+/// The limits file as the admin writes it: users and groups by name or by
+/// numeric ID.
+#[derive(serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+#[derive(Default)]
+struct LimitsFile {
+    default: UserLimit,
+    groups: BTreeMap<String, UserLimit>,
+    users: BTreeMap<String, UserLimit>,
+}
+
+/// Parses limits from JSON text, users and groups by name or ID, naming
+/// what is wrong (an unknown name, one account named twice).
+pub fn parse_user_limits(text: &str, dir: &dyn Directory) -> Result<UserLimits, String> {
     if text.len() as u64 > MAX_LIMITS_BYTES {
         return Err(format!("over {MAX_LIMITS_BYTES} bytes"));
     }
-    serde_json::from_str(text).map_err(|e| format!("not valid limits: {e}"))
+    let file: LimitsFile =
+        serde_json::from_str(text).map_err(|e| format!("not valid limits: {e}"))?;
+    Ok(UserLimits {
+        default: file.default,
+        groups: by_id(file.groups, "group", "GID", |n| dir.gid(n))?,
+        users: by_id(file.users, "user", "UID", |n| dir.uid(n))?,
+    })
+}
+
+/// `entries` keyed by ID: a key of digits is the ID, any other a name.
+fn by_id(
+    entries: BTreeMap<String, UserLimit>,
+    what: &str,
+    id_name: &str,
+    lookup: impl Fn(&str) -> Option<u32>,
+) -> Result<BTreeMap<u32, UserLimit>, String> {
+    let mut out: BTreeMap<u32, (String, UserLimit)> = BTreeMap::new();
+    for (key, limit) in entries {
+        let id = if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
+            key.parse::<u32>()
+                .map_err(|_| format!("{what}s: {key} is not a {id_name}"))?
+        } else {
+            lookup(&key).ok_or_else(|| {
+                format!(
+                    "{what}s: there is no {what} named {key:?} (give a {what} name or a {id_name})"
+                )
+            })?
+        };
+        if let Some((first, _)) = out.get(&id) {
+            return Err(format!(
+                "{what}s: {first:?} and {key:?} are the same {what} ({id_name} {id}); set it once"
+            ));
+        }
+        out.insert(id, (key, limit));
+    }
+    Ok(out.into_iter().map(|(id, (_, l))| (id, l)).collect())
+}
+
+/// Limits as JSON for `GetUserLimits`: users and groups by name where the
+/// system knows them, else by ID (either reads back in).
+pub fn render_user_limits(limits: &UserLimits, dir: &dyn Directory) -> String {
+    let named = |m: &BTreeMap<u32, UserLimit>, name: &dyn Fn(u32) -> Option<String>| {
+        m.iter()
+            .map(|(id, l)| (name(*id).unwrap_or_else(|| id.to_string()), l.clone()))
+            .collect()
+    };
+    let file = LimitsFile {
+        default: limits.default.clone(),
+        groups: named(&limits.groups, &|g| dir.group_name(g)),
+        users: named(&limits.users, &|u| dir.user_name(u)),
+    };
+    serde_json::to_string_pretty(&file).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// Reads `--user-limits`: none when the file does not exist.
 pub fn read_user_limits(path: &Path) -> Result<UserLimits, Refusal> {
     match read_small(path) {
         Ok(None) => Ok(UserLimits::default()),
-        Ok(Some(text)) => parse_user_limits(&text)
+        Ok(Some(text)) => parse_user_limits(&text, &Nss)
             .map_err(|e| Refusal(format!("--user-limits {}: {e}", path.display()))),
         Err(e) => Err(Refusal(format!("--user-limits: {e:#}"))),
     }
@@ -54,7 +157,7 @@ pub fn load_user_limits(state_dir: &Path) -> Result<Option<UserLimits>> {
     let path = state_dir.join(LIMITS_FILE);
     match read_small(&path)? {
         None => Ok(None),
-        Some(text) => parse_user_limits(&text)
+        Some(text) => parse_user_limits(&text, &Nss)
             .map(Some)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
     }
@@ -141,6 +244,31 @@ pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<super::api::Di
         .collect()
 }
 
+/// `GetMachine`'s `limits`: one a{sv} per limit that holds for the caller:
+/// `resource` (as reasons name it), `used`, `limit`, `scope` (`user`,
+/// `group`, `default`) and `text` (the line `xinfo` prints).
+pub fn standing(limits: &[crate::core::Standing]) -> Vec<super::api::Dict> {
+    use super::api::put;
+    use crate::core::Scope;
+    limits
+        .iter()
+        .map(|l| {
+            let mut m = super::api::Dict::new();
+            put(&mut m, "resource", l.label());
+            put(&mut m, "used", l.used);
+            put(&mut m, "limit", l.limit);
+            let scope = match l.scope {
+                Scope::User(_) => "user",
+                Scope::Group(_) => "group",
+                Scope::Default => "default",
+            };
+            put(&mut m, "scope", scope);
+            put(&mut m, "text", l.to_string());
+            m
+        })
+        .collect()
+}
+
 /// A small file's text; `None` when it does not exist.
 fn read_small(path: &Path) -> Result<Option<String>> {
     use std::io::Read;
@@ -163,22 +291,84 @@ fn read_small(path: &Path) -> Result<Option<String>> {
 mod tests {
     use super::*;
 
+    /// alice is 1001, bob 1002; group research is 2000.
+    struct Table;
+
+    impl Directory for Table {
+        fn uid(&self, user: &str) -> Option<u32> {
+            [("alice", 1001), ("bob", 1002)]
+                .into_iter()
+                .find_map(|(n, id)| (n == user).then_some(id))
+        }
+        fn gid(&self, group: &str) -> Option<u32> {
+            (group == "research").then_some(2000)
+        }
+        fn user_name(&self, uid: u32) -> Option<String> {
+            [("alice", 1001), ("bob", 1002)]
+                .into_iter()
+                .find_map(|(n, id)| (id == uid).then(|| n.to_string()))
+        }
+        fn group_name(&self, gid: u32) -> Option<String> {
+            (gid == 2000).then(|| "research".to_string())
+        }
+    }
+
+    #[test]
+    fn limits_name_users_and_groups_by_name_or_id_and_read_back_as_shown() {
+        let text = r#"{"default": {"shares": 2},
+            "groups": {"research": {"gpus": 8}, "3000": {"cpus": 4}},
+            "users": {"alice": {"gpus": 1, "shares": 5}, "1500": {"running_jobs": 2}}}"#;
+        let limits = parse_user_limits(text, &Table).unwrap();
+        assert_eq!(limits.groups[&2000].gpus, Some(8));
+        assert_eq!(limits.groups[&3000].cpus, Some(4));
+        assert_eq!(limits.users[&1001].gpus, Some(1));
+        assert_eq!(limits.users[&1500].running_jobs, Some(2));
+        assert_eq!(limits.shares(1001, None), Some(5));
+        assert_eq!(limits.shares(1002, Some(2000)), Some(2));
+        // Shown by name where the system knows one, and it reads back.
+        let shown = render_user_limits(&limits, &Table);
+        assert!(
+            shown.contains("\"alice\"") && shown.contains("\"research\""),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\"1500\"") && shown.contains("\"3000\""),
+            "{shown}"
+        );
+        assert_eq!(parse_user_limits(&shown, &Table).unwrap(), limits);
+
+        // An unknown name, an account twice, a bad ID: refused, naming it.
+        let err = parse_user_limits(r#"{"users": {"alce": {"gpus": 1}}}"#, &Table).unwrap_err();
+        assert!(err.contains("no user named \"alce\""), "{err}");
+        let err = parse_user_limits(r#"{"groups": {"reserch": {}}}"#, &Table).unwrap_err();
+        assert!(err.contains("no group named \"reserch\""), "{err}");
+        let err = parse_user_limits(r#"{"users": {"alice": {}, "1001": {}}}"#, &Table).unwrap_err();
+        assert!(err.contains("same user (UID 1001)"), "{err}");
+        let err = parse_user_limits(r#"{"users": {"99999999999": {}}}"#, &Table).unwrap_err();
+        assert!(err.contains("not a UID"), "{err}");
+        let err = parse_user_limits(r#"{"users": {"alice": {"shares": -1}}}"#, &Table).unwrap_err();
+        assert!(err.contains("invalid value"), "{err}");
+    }
+
     #[test]
     fn limits_and_usage_survive_a_restart_and_bad_files_name_themselves() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(load_user_limits(dir.path()).unwrap(), None);
         let limits = parse_user_limits(
             r#"{"default": {"running_jobs": 4}, "users": {"1001": {"gpus": 1}}}"#,
+            &Table,
         )
         .unwrap();
         assert_eq!(limits.default.running_jobs, Some(4));
         assert_eq!(limits.users[&1001].gpus, Some(1));
         save_user_limits(dir.path(), &limits).unwrap();
         assert_eq!(load_user_limits(dir.path()).unwrap(), Some(limits));
-        let err = parse_user_limits(r#"{"users": {"1001": {"gpu": 1}}}"#).unwrap_err();
+        let err = parse_user_limits(r#"{"users": {"1001": {"gpu": 1}}}"#, &Table).unwrap_err();
         assert!(err.contains("gpu"), "{err}");
         let huge = format!("{{\"default\": {{}}{}}}", " ".repeat(1 << 20));
-        assert!(parse_user_limits(&huge).unwrap_err().contains("over"));
+        assert!(parse_user_limits(&huge, &Table)
+            .unwrap_err()
+            .contains("over"));
         let missing = read_user_limits(&dir.path().join("none.json")).unwrap();
         assert!(missing.is_empty());
         std::fs::write(dir.path().join("bad.json"), "{").unwrap();

@@ -162,31 +162,44 @@ impl Scheduler {
     /// Every user's fair-share factor from the ledger as it stands.
     fn refactor(&mut self) {
         let ledger = &self.meters.ledger;
-        let share = |uid: Uid| {
-            self.shares
-                .get(&uid)
-                .copied()
-                .unwrap_or(self.prio.default_share)
-        };
         let active = |uid: Uid, jobs: bool| jobs || ledger.usage(uid) > 0.0;
+        let shares: Vec<u32> = self
+            .users
+            .states
+            .iter()
+            .map(|s| self.share_of(s.uid))
+            .collect();
         let mut total_shares: u64 = 0;
-        for s in &self.users.states {
+        for (s, share) in self.users.states.iter().zip(&shares) {
             if active(s.uid, s.pending > 0 || s.held.jobs > 0) {
-                total_shares += share(s.uid) as u64;
+                total_shares += *share as u64;
             }
         }
         for uid in ledger.users.keys() {
             if self.users.get(*uid).is_none() {
-                total_shares += share(*uid) as u64;
+                total_shares += self.share_of(*uid) as u64;
             }
         }
         let total = ledger.total();
-        for s in &mut self.users.states {
-            let f = factor(ledger.usage(s.uid), total, share(s.uid), total_shares);
+        for (s, share) in self.users.states.iter_mut().zip(shares) {
+            let f = factor(ledger.usage(s.uid), total, share, total_shares);
             s.factor = f;
             s.fair_points = self.prio.fair_points(f);
         }
         self.totals = (total, total_shares);
+    }
+
+    /// `uid`'s fair-share shares: the admin's setting for the user, their
+    /// group (the primary group of their latest submission) or everyone,
+    /// else the default.
+    fn share_of(&self, uid: Uid) -> u32 {
+        let gid = self
+            .users
+            .get(uid)
+            .map(|i| self.users.states[i as usize].gid);
+        self.user_limits
+            .shares(uid, gid)
+            .unwrap_or(self.prio.default_share)
     }
 
     /// A job's queue key under the current policy and priority settings.
@@ -238,9 +251,8 @@ impl Scheduler {
     /// The index of `owner`'s user, added when new.
     fn user_index(&mut self, owner: Owner) -> u32 {
         let share = self
-            .shares
-            .get(&owner.uid)
-            .copied()
+            .user_limits
+            .shares(owner.uid, Some(owner.gid))
             .unwrap_or(self.prio.default_share);
         let (total, shares) = self.totals;
         let usage = self.meters.ledger.usage(owner.uid);
@@ -282,17 +294,6 @@ impl Scheduler {
         self.rekey(false);
     }
 
-    pub fn shares(&self) -> &BTreeMap<Uid, u32> {
-        &self.shares
-    }
-
-    /// Sets the admin's shares (users not named get the default share).
-    pub fn set_shares(&mut self, shares: BTreeMap<Uid, u32>) {
-        self.shares = shares;
-        self.refactor();
-        self.rekey(false);
-    }
-
     /// `xlurm share` at `now` (Slurm's `sshare`): every user with usage or
     /// jobs, by UID, with running jobs charged up to `now`.
     pub fn share_report(&self, now: u64) -> Vec<ShareRow> {
@@ -314,12 +315,7 @@ impl Scheduler {
                 usage.entry(s.uid).or_insert(0.0);
             }
         }
-        let share = |uid: &Uid| {
-            self.shares
-                .get(uid)
-                .copied()
-                .unwrap_or(self.prio.default_share)
-        };
+        let share = |uid: &Uid| self.share_of(*uid);
         let total: f64 = usage.values().sum();
         let total_shares: u64 = usage.keys().map(|u| share(u) as u64).sum();
         usage
@@ -339,11 +335,14 @@ impl Scheduler {
         &self.user_limits
     }
 
-    /// Sets the admin's per-user limits live; they apply from the next pass
-    /// (running jobs above a lowered limit are not stopped).
+    /// Sets the admin's per-user limits and shares live; limits apply from
+    /// the next pass (running jobs above a lowered limit are not stopped),
+    /// shares re-order the queue now.
     pub fn set_user_limits(&mut self, limits: UserLimits) {
         self.user_limits = limits;
         self.users.relimit(&self.user_limits, &self.machine);
+        self.refactor();
+        self.rekey(false);
     }
 
     /// What `uid` holds and has pending now.
@@ -353,6 +352,20 @@ impl Scheduler {
             held: s.held,
             pending: s.pending,
         })
+    }
+
+    /// The limits that hold for `owner` and how much of each is in use.
+    pub fn standing(&self, owner: Owner) -> Vec<crate::core::limits::Standing> {
+        let (held, pending) = self
+            .user_use(owner.uid)
+            .map_or((Held::default(), 0), |u| (u.held, u.pending));
+        let gid = self
+            .users
+            .get(owner.uid)
+            .map_or(owner.gid, |i| self.users.states[i as usize].gid);
+        self.user_limits
+            .resolve(owner.uid, gid)
+            .standing(&held, pending)
     }
 
     /// The submission check against `owner`'s limits: refuses `demand` if it

@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::core::fairshare::{factor, Meters};
+use crate::core::{UserLimit, UserLimits};
+use std::collections::BTreeMap;
 
 const DAY: u64 = 24 * 3600;
 
@@ -154,4 +156,53 @@ fn negligible_usage_of_users_without_jobs_is_dropped() {
     s.reprioritize(10);
     let users: Vec<u32> = s.usage().users.keys().copied().collect();
     assert_eq!(users, vec![2, 3], "user 1 dropped, 3 kept for its job");
+}
+
+#[test]
+fn shares_resolve_user_then_group_then_default_and_weigh_the_factor() {
+    let set = |shares| UserLimit {
+        shares: Some(shares),
+        ..UserLimit::default()
+    };
+    let limits = UserLimits {
+        default: set(2),
+        groups: BTreeMap::from([(500, set(3))]),
+        users: BTreeMap::from([(1000, set(6))]),
+    };
+    assert_eq!(limits.shares(1000, Some(500)), Some(6));
+    assert_eq!(limits.shares(2000, Some(500)), Some(3));
+    assert_eq!(limits.shares(2000, Some(7)), Some(2));
+    assert_eq!(limits.shares(2000, None), Some(2));
+    assert_eq!(UserLimits::default().shares(1000, Some(500)), None);
+    // A limit is not a share, nor a share a limit.
+    assert!(!limits.resolve(1000, 500).is_limited());
+
+    // Two users ran the same: the one with 3 shares of 4 keeps the higher
+    // factor and the report shows the shares; raising bob's shares live
+    // turns the order round.
+    let mut s = fair(two_nodes(), Policy::EasyBackfill);
+    s.set_user_limits(UserLimits {
+        users: BTreeMap::from([(1000, set(3))]),
+        ..UserLimits::default()
+    });
+    submit_as(&mut s, 1, req(2, 0), 1000, 0);
+    submit_as(&mut s, 2, req(2, 0), 2000, 0);
+    assert_eq!(started(&s.schedule(10)), vec![1, 2]);
+    s.finish_at(1, 110);
+    s.finish_at(2, 110);
+    s.reprioritize(110);
+    let rows = s.share_report(110);
+    assert_eq!((rows[0].raw_shares, rows[1].raw_shares), (3, 1));
+    assert_eq!((rows[0].norm_shares, rows[1].norm_shares), (0.75, 0.25));
+    assert!(rows[0].fair_share > rows[1].fair_share, "{rows:?}");
+    submit_as(&mut s, 3, req(2, 0), 1000, 120);
+    submit_as(&mut s, 4, req(2, 0), 2000, 120);
+    let (p3, p4) = (s.priority(3, 120).unwrap(), s.priority(4, 120).unwrap());
+    assert!(p3.priority > p4.priority, "{p3:?} {p4:?}");
+    s.set_user_limits(UserLimits {
+        users: BTreeMap::from([(1000, set(3)), (2000, set(9))]),
+        ..UserLimits::default()
+    });
+    let (p3, p4) = (s.priority(3, 120).unwrap(), s.priority(4, 120).unwrap());
+    assert!(p4.priority > p3.priority, "{p3:?} {p4:?}");
 }

@@ -1,7 +1,6 @@
 //! Per-user limits: resolution, the pass, reasons, the submission check.
 
 use super::*;
-use std::collections::BTreeMap;
 
 const ALICE: u32 = 1000;
 const BOB: u32 = 2000;
@@ -255,9 +254,6 @@ fn lowering_a_limit_stops_nothing_and_holds_new_starts() {
     }
     assert_eq!(started(&s.schedule(2)), vec![4]);
     assert_eq!(s.user_limits(), &gpus_for(ALICE, 2));
-    assert!(s.shares().is_empty());
-    s.set_shares(BTreeMap::from([(ALICE, 3)]));
-    assert_eq!(s.shares()[&ALICE], 3);
 }
 
 #[test]

@@ -27,6 +27,18 @@ impl<U: Units> Daemon<U> {
         specs: Vec<Spec>,
         output: Option<(std::os::fd::OwnedFd, String)>,
     ) -> ApiResult<Vec<Submitted>> {
+        self.submit_as(uid, uid == 0, specs, output).await
+    }
+
+    /// Like [`Daemon::submit_with_output`]; `admin`: the caller passed polkit
+    /// (or is root), so a negative nice (a raised priority) is allowed.
+    pub async fn submit_as(
+        &self,
+        uid: u32,
+        admin: bool,
+        specs: Vec<Spec>,
+        output: Option<(std::os::fd::OwnedFd, String)>,
+    ) -> ApiResult<Vec<Submitted>> {
         if output.is_some() && specs.iter().any(|s| s.array.is_some()) {
             return Err(ApiError::InvalidArgs(
                 "an output file goes with one job, not an array's tasks (not supported yet): \
@@ -56,8 +68,8 @@ impl<U: Units> Daemon<U> {
                     e
                 }
             };
-            // Users may only lower their own priority; root may raise it.
-            crate::core::priority::check_nice(spec.nice, uid == 0)
+            // Users may only lower their own priority; an admin may raise it.
+            crate::core::priority::check_nice(spec.nice, admin)
                 .map_err(|e| ApiError::InvalidArgs(which(e.to_string())))?;
             let d = st
                 .sched

@@ -41,7 +41,7 @@ impl<U: Units> Daemon<U> {
         }
         let state = st.find(id).ok_or_else(|| no_such_job(id))?.state();
         match state {
-            JobState::Pending => self.update_pending(st, uid, id, changes),
+            JobState::Pending => self.update_pending(st, uid, id, admin, changes),
             JobState::Running => self.update_running(st, uid, id, admin, changes).await,
             s => Err(ApiError::WrongState(format!(
                 "job {id} already ended ({})",
@@ -55,6 +55,7 @@ impl<U: Units> Daemon<U> {
         mut st: tokio::sync::MutexGuard<'_, State>,
         uid: u32,
         id: JobId,
+        admin: bool,
         ch: Changes,
     ) -> ApiResult<()> {
         let job = st.jobs.get(&id).ok_or_else(|| no_such_job(id))?;
@@ -84,7 +85,7 @@ impl<U: Units> Daemon<U> {
             .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         // A nice an admin gave stays when its owner changes something else.
         if let Some(n) = ch.nice {
-            crate::core::priority::check_nice(n, uid == 0)
+            crate::core::priority::check_nice(n, admin || uid == 0)
                 .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
         }
         let nice = ch.nice.unwrap_or(job.nice);

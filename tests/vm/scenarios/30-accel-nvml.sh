@@ -46,6 +46,7 @@ cleanup() {
         xcancel "$id" >/dev/null 2>&1
         systemctl stop "xlurm-job-$id.service" 2>/dev/null
     done
+    [ "${limits_set:-0}" = 1 ] && echo '{}' | xlurm limits --set -
     rm -f "$dropin"
     rmdir "$dropin_dir" 2>/dev/null
     systemctl daemon-reload
@@ -300,6 +301,48 @@ done
 xcancel "$ja" "$jb"
 wait_state "$ja" CANCELLED 60
 wait_state "$jb" CANCELLED 60
+
+check "a GPU limit of 1 for alice (set by name): her second GPU job waits with UserLimit while bob's runs"
+limits_set=1
+echo '{"users": {"alice": {"gpus": 1}}}' | xlurm limits --set -
+assert_contains "$(xlurm limits)" '"alice"' "xlurm limits names her"
+alice_uid=$(id -u alice)
+assert_contains "$(as_user alice xinfo)" "GPUs: 0 of 1 (the limit set for user $alice_uid)" "her limit in xinfo"
+assert_contains "$(as_user bob xinfo)" "your limits: none" "bob's xinfo"
+submit -g 1 --device nv -c 1 -t 300 --wrap "sleep 300"
+jl1=$last_id
+wait_state "$jl1" RUNNING 60
+submit -g 1 --device nv -c 1 -t 300 --wrap "sleep 300"
+jl2=$last_id
+wait_for "field $jl2 Reason | grep -q UserLimit" 20 0.5
+assert_eq "UserLimit (GPUs: 1 of 1 in use)" "$(field "$jl2" Reason)" "alice's second GPU job"
+out=$(as_user bob xbatch -g 1 --device nv -c 1 -t 300 --wrap "sleep 300" 2>&1) || { echo "$out"; fail "bob's xbatch failed"; }
+jbob=$(awk '/Submitted batch job/ {print $4}' <<<"$out")
+job_ids+=("$jbob")
+wait_state "$jbob" RUNNING 60
+assert_eq PENDING "$(job_state "$jl2")" "alice's second job while bob's runs on the free GPU"
+assert_eq "UserLimit (GPUs: 1 of 1 in use)" "$(field "$jl2" Reason)" "still her limit"
+assert_contains "$(as_user alice xinfo)" "GPUs: 1 of 1 (the limit set for user $alice_uid)" "her use in xinfo"
+check "over her limit at submission: refused, naming the limit"
+out=$(as_user alice xbatch -g 2 --device nv -c 1 --wrap true 2>&1) && fail "a 2-GPU job over her 1-GPU limit was queued: $out"
+assert_contains "$out" "GPUs" "the refusal"
+assert_contains "$out" "the limit set for user $alice_uid" "the refusal names the limit"
+note "refused: $out"
+check "an unknown name in the limits is refused and changes nothing"
+out=$(echo '{"users": {"alise": {"gpus": 2}}}' | xlurm limits --set - 2>&1) && fail "limits naming an unknown user were taken"
+assert_contains "$out" 'no user named "alise"' "the refusal"
+assert_contains "$(xlurm limits)" '"gpus": 1' "the limits in force"
+check "bob's job ends: alice's second job still waits for her own limit; hers ends: it starts"
+xcancel "$jbob"
+wait_state "$jbob" CANCELLED 60
+sleep 2
+assert_eq PENDING "$(job_state "$jl2")" "alice's second job, a GPU free but her limit reached"
+xcancel "$jl1"
+wait_state "$jl2" RUNNING 60
+xcancel "$jl2"
+wait_state "$jl2" CANCELLED 60
+echo '{}' | xlurm limits --set -
+limits_set=0
 
 check "an outside process on GPU 1 makes it busy and keeps jobs off it"
 sleep 1000 &

@@ -158,10 +158,28 @@ async fn nice_and_limits_are_checked_at_submission_and_refusals_queue_nothing() 
             other => panic!("nice {n}: {other:?}"),
         }
     }
-    // Root may raise a job's priority; anyone may lower their own.
+    // Root, or an admin through polkit, may raise a job's priority; anyone
+    // may lower their own.
     d.submit(0, vec![two_cpu_sleep(Some(-5))]).await.unwrap();
+    let raised = d
+        .submit_as(BOB, true, vec![two_cpu_sleep(Some(-3))], None)
+        .await
+        .unwrap()[0]
+        .id;
+    assert_eq!(job(&d, raised).await.nice, -3);
     let nice = submit(&d, ALICE, two_cpu_sleep(Some(7))).await;
     assert_eq!(job(&d, nice).await.nice, 7);
+    // Changing it later: the owner may not raise it, an admin may.
+    let raise = |n| crate::daemon::spec::Changes {
+        nice: Some(n),
+        ..Default::default()
+    };
+    let err = d.update(ALICE, nice, false, raise(-1)).await.unwrap_err();
+    assert!(err.to_string().contains("only an admin"), "{err}");
+    assert_eq!(job(&d, nice).await.nice, 7, "refused: unchanged");
+    d.update(ALICE, nice, true, raise(-1)).await.unwrap();
+    assert_eq!(job(&d, nice).await.nice, -1);
+    d.update(ALICE, nice, false, raise(7)).await.unwrap();
     let limits = UserLimits {
         default: UserLimit {
             cpus: Some(1),
