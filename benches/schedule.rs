@@ -306,6 +306,7 @@ fn submission(u: u32, nice: i32, rng: &mut Rng) -> Submission {
         },
         nice: if rng.below(10) == 0 { nice } else { 0 },
         submitted_at: NOW - rng.below(3 * 24 * HOUR),
+        kind: 0,
     }
 }
 
@@ -429,7 +430,7 @@ fn upkeep(shape: Shape, n: usize, reps: usize) {
         }
         submit.push(t.elapsed() / 1000);
         let t = Instant::now();
-        black_box(s.estimates(NOW + 300, estimate::DEPTH));
+        black_box(s.estimates(NOW + 300, estimate::DEPTH, false));
         plan.push(t.elapsed());
     }
     let (r, q, e) = (stats(rekey, 0), stats(submit, 0), stats(plan, 0));

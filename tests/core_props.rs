@@ -821,6 +821,7 @@ impl Model {
             owner,
             nice: nice as i32 * 100,
             submitted_at: self.now,
+            kind: 0,
         };
         self.s.enqueue_for(id, d.clone(), sub);
         self.pending.insert(id, d);
@@ -1308,6 +1309,7 @@ fn sub(uid: u32, at: u64, nice: i32) -> Submission {
         owner: Owner { uid, gid: uid },
         nice,
         submitted_at: at,
+        kind: 0,
     }
 }
 
@@ -1567,7 +1569,7 @@ fn estimates_hold(sc: &Scenario) {
             _ => {}
         }
     }
-    let estimates: BTreeMap<JobId, Estimate> = s.estimates(0, 1000).into_iter().collect();
+    let estimates: BTreeMap<JobId, Estimate> = s.estimates(0, 1000, false).into_iter().collect();
     let mut now = 0;
     loop {
         let starts = s.schedule(now);

@@ -1132,7 +1132,7 @@ async fn every_job_has_an_object_whose_properties_follow_it() {
             assert!(changed.contains_key("StartTime"), "{changed:?}");
             assert_eq!(
                 args.invalidated_properties().as_ref(),
-                ["Reason", "EstimatedStart", "Estimate"]
+                ["Reason", "EstimatedStart", "Estimate", "ExpectedStart"]
             );
             if state == "FAILED" {
                 let code = changed.get("ExitCode").expect("ExitCode with the end");
@@ -1155,10 +1155,28 @@ async fn a_queued_job_object_tells_when_it_is_estimated_to_start() {
         s.extend([entry("cpus", 4u32), entry("time_limit", limit)]);
         s
     };
+    // A job of the first one's kind (owner, name, resources) completed in
+    // about a second: the first is expected to take as long.
+    let (like, _) = c.submit(whole(&["/bin/sleep", "1"], 120)).await.unwrap();
+    wait_state(&c, like, "COMPLETED").await;
     let (first, _) = c.submit(whole(&["/bin/sleep", "30"], 120)).await.unwrap();
     let running = wait_state(&c, first, "RUNNING").await;
     let started = get::<u64>(&running, "start_time").unwrap();
     let (second, _) = c.submit(whole(&["/bin/true"], 60)).await.unwrap();
+    let job = c.get_job(second).await.unwrap();
+    let expected = get::<u64>(&job, "expected_start").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        expected >= started / 1_000_000 && expected <= now + 3,
+        "expected_start {expected}: the first should end about 1 s after its start {started} µs (now {now})"
+    );
+    assert!(
+        get::<u64>(&job, "estimated_start").unwrap() >= started / 1_000_000 + 119,
+        "the bound stays the time limit's: {job:?}"
+    );
     let conn = e.bus.connect().await.unwrap();
     let props = |id: u64| {
         let conn = conn.clone();
@@ -1185,6 +1203,11 @@ async fn a_queued_job_object_tells_when_it_is_estimated_to_start() {
     assert!(
         get_str(&queued, "Estimate").contains("time limits"),
         "{queued:?}"
+    );
+    let likely = get::<u64>(&queued, "ExpectedStart").unwrap();
+    assert!(
+        likely > 0 && likely < at,
+        "ExpectedStart {likely} EstimatedStart {at}"
     );
     // The same figure as GetJob's (seconds there).
     let job = c.get_job(second).await.unwrap();

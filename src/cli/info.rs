@@ -87,6 +87,19 @@ fn machine_text(m: &Dict) -> String {
             let _ = writeln!(out, "    {err}");
         }
     }
+    if let Some(w) = m
+        .get("usage_weights")
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| Dict::try_from(v).ok())
+    {
+        let _ = writeln!(
+            out,
+            "fair-share usage per second: CPU {}, GPU {}, GiB of memory {}",
+            get::<f64>(&w, "cpu").unwrap_or(0.0),
+            get::<f64>(&w, "gpu").unwrap_or(0.0),
+            get::<f64>(&w, "mem_gib").unwrap_or(0.0)
+        );
+    }
     if limits.is_empty() {
         let _ = writeln!(out, "your limits: none");
     } else {

@@ -157,6 +157,7 @@ async fn starts(
             "priority",
             "estimated_start",
             "estimate",
+            "expected_start",
             "reason",
         ];
         let list: Vec<serde_json::Value> = rows
@@ -174,25 +175,28 @@ async fn starts(
         return Ok(0);
     }
     let mut out = format!(
-        "{:>6} {:<10} {:<16} {:>9} {:<20} {}\n",
-        "ID", "USER", "NAME", "PRIORITY", "START (est.)", "REASON"
+        "{:>6} {:<10} {:<16} {:>9} {:<20} {:<20} {}\n",
+        "ID", "USER", "NAME", "PRIORITY", "START (bound)", "EXPECTED", "REASON"
     );
-    for d in &rows {
-        let at = get::<u64>(d, "estimated_start").unwrap_or(0);
-        let start = if at == 0 {
+    let when = |at: u64| {
+        if at == 0 {
             "N/A".to_string()
         } else {
             local_time(at * 1_000_000, false)
-        };
+        }
+    };
+    for d in &rows {
+        let at = get::<u64>(d, "estimated_start").unwrap_or(0);
         let mut name = get_str(d, "name");
         name.truncate(16);
         out.push_str(&format!(
-            "{:>6} {:<10} {:<16} {:>9} {:<20} {}\n",
+            "{:>6} {:<10} {:<16} {:>9} {:<20} {:<20} {}\n",
             get::<u64>(d, "id").unwrap_or(0),
             get_str(d, "user"),
             name,
             prio(d).max(0),
-            start,
+            when(at),
+            when(get::<u64>(d, "expected_start").unwrap_or(0)),
             if at == 0 {
                 get_str(d, "estimate")
             } else {
@@ -263,6 +267,15 @@ fn job_text(job: &Dict) -> String {
                     crate::cli::format::local_time(at * 1_000_000, false)
                 )
             },
+        );
+    }
+    if let Some(at) = get::<u64>(job, "expected_start").filter(|at| *at > 0) {
+        line(
+            "Expected",
+            format!(
+                "{} (if jobs take what completed jobs like them recently took; not a bound)",
+                crate::cli::format::local_time(at * 1_000_000, false)
+            ),
         );
     }
     if let Some(argv) = get::<Vec<String>>(job, "argv") {

@@ -56,6 +56,16 @@ pub enum Estimate {
     Unknown(Unknown),
 }
 
+impl Estimate {
+    /// The start time, when there is one.
+    pub fn time(&self) -> Option<u64> {
+        match self {
+            Estimate::At { time } => Some(*time),
+            Estimate::Unknown(_) => None,
+        }
+    }
+}
+
 /// Why a start cannot be bounded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "why", rename_all = "snake_case")]

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod priority;
 pub mod reason;
 pub mod request;
+pub mod runtimes;
 pub mod scheduler;
 pub mod topology;
 mod users;

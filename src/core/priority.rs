@@ -166,6 +166,10 @@ pub struct Submission {
     pub nice: i32,
     /// Seconds since the epoch.
     pub submitted_at: u64,
+    /// Jobs of one kind (owner, name, resources) are expected to run alike
+    /// (`core::runtimes`); 0: no kind.
+    #[serde(default)]
+    pub kind: u64,
 }
 
 /// A nice value the caller may not give.

@@ -108,6 +108,8 @@ struct RunInfo {
     user: u32,
     sub: Submission,
     held: Held,
+    /// When it started (seconds); `None` when not known (re-adopted).
+    started: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +133,8 @@ pub struct Scheduler {
     /// `prio.default_share`).
     user_limits: UserLimits,
     users: Users,
+    /// What completed jobs of each kind took, for expected starts.
+    runtimes: super::runtimes::Runtimes,
     /// The latest time seen (a pass, a re-keying, an end, a submission).
     clock: u64,
     /// Decayed usage and shares of all active users at the last re-keying,
@@ -160,6 +164,7 @@ impl Scheduler {
             prio,
             user_limits: UserLimits::default(),
             users: Users::default(),
+            runtimes: Default::default(),
             clock: 0,
             totals: (0.0, 0),
         }
@@ -243,6 +248,7 @@ impl Scheduler {
             owner: super::priority::Owner::UNKNOWN,
             nice: 0,
             submitted_at: self.clock,
+            kind: 0,
         };
         self.enqueue_for(id, demand, sub);
     }
@@ -270,6 +276,7 @@ impl Scheduler {
             owner: super::priority::Owner::UNKNOWN,
             nice: 0,
             submitted_at: self.clock,
+            kind: 0,
         };
         self.adopt_for(id, alloc, deadline, sub, None);
     }
@@ -432,6 +439,7 @@ impl Scheduler {
                             user: brief.user,
                             sub: queued.sub,
                             held,
+                            started: Some(now),
                         },
                     );
                     self.books.charge(machine, id, &alloc);

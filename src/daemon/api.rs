@@ -467,6 +467,12 @@ impl SchedulerApi {
         let (pending, running) = st.counts();
         put(&mut out, "pending", pending as u32);
         put(&mut out, "running", running as u32);
+        let w = st.sched.usage_weights();
+        let mut weights = Dict::new();
+        put(&mut weights, "cpu", w.cpu);
+        put(&mut weights, "gpu", w.gpu);
+        put(&mut weights, "mem_gib", w.mem_gib);
+        put(&mut out, "usage_weights", weights);
         let owner = crate::core::Owner { uid: caller, gid };
         put(
             &mut out,

@@ -32,6 +32,40 @@ pub fn priority_config(o: &Options) -> Result<PriorityConfig, Refusal> {
     })
 }
 
+/// `--usage-weights`: `auto`, or `gpu=N,mem-gib=N` (either may be left out),
+/// each a finite number of CPUs, 0 or more; what is left out stays as
+/// `machine` gives it ([`UsageWeights::for_machine`]).
+pub fn usage_weights(
+    text: &str,
+    machine: &crate::core::Machine,
+) -> Result<crate::core::fairshare::UsageWeights, String> {
+    let mut w = crate::core::fairshare::UsageWeights::for_machine(machine);
+    if text == "auto" {
+        return Ok(w);
+    }
+    for part in text.split(',') {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: give gpu=N or mem-gib=N (or auto)"))?;
+        let n: f64 = value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n: &f64| n.is_finite() && *n >= 0.0 && *n <= 1e6)
+            .ok_or_else(|| format!("{part:?}: {value:?} is not a number from 0 to 1000000"))?;
+        match key.trim() {
+            "gpu" => w.gpu = n,
+            "mem-gib" => w.mem_gib = n,
+            k => {
+                return Err(format!(
+                    "{k:?}: the weights are gpu and mem-gib (a CPU is 1)"
+                ))
+            }
+        }
+    }
+    Ok(w)
+}
+
 /// Where the names in a limits file are looked up: NSS in the daemon
 /// ([`Nss`]), a table in tests.
 pub trait Directory {
@@ -206,6 +240,9 @@ pub fn put_schedule(
         put(m, "estimated_start", at);
         put(m, "estimate", why);
     }
+    if let Some(e) = sched.expected_start(job.id, now) {
+        put(m, "expected_start", e.time().unwrap_or(0));
+    }
 }
 
 /// When queued job `id` is estimated to start (seconds since the epoch; 0
@@ -310,6 +347,29 @@ mod tests {
         }
         fn group_name(&self, gid: u32) -> Option<String> {
             (gid == 2000).then(|| "research".to_string())
+        }
+    }
+
+    #[test]
+    fn usage_weights_default_to_the_machines_and_refuse_what_is_not_a_weight() {
+        use crate::core::{Machine, Topology};
+        let gib = 1u64 << 30;
+        let m = Machine::new(Topology::single(8, 16 * gib), vec![]);
+        let auto = usage_weights("auto", &m).unwrap();
+        assert_eq!((auto.cpu, auto.mem_gib), (1.0, 0.5));
+        let w = usage_weights("gpu=16, mem-gib=0.25", &m).unwrap();
+        assert_eq!((w.cpu, w.gpu, w.mem_gib), (1.0, 16.0, 0.25));
+        let w = usage_weights("gpu=4", &m).unwrap();
+        assert_eq!((w.gpu, w.mem_gib), (4.0, 0.5));
+        for (bad, says) in [
+            ("cpu=2", "the weights are gpu and mem-gib"),
+            ("gpu", "give gpu=N"),
+            ("gpu=-1", "not a number from 0"),
+            ("gpu=NaN", "not a number from 0"),
+            ("mem-gib=inf", "not a number from 0"),
+        ] {
+            let e = usage_weights(bad, &m).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 

@@ -123,6 +123,19 @@ impl JobObject {
             .map(|(_, why)| why)
             .unwrap_or_default()
     }
+    /// While queued: when it is *expected* to start, microseconds since the
+    /// epoch, if jobs take what completed jobs of their kind (owner, name,
+    /// resources) recently took rather than their time limits; not a bound;
+    /// 0 when unknown or not in the queue.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn expected_start(&self) -> u64 {
+        let st = self.daemon.state.lock().await;
+        let now = crate::wire::time::now_usec() / 1_000_000;
+        st.sched
+            .expected_start(self.id, now)
+            .and_then(|e| e.time())
+            .map_or(0, |at| at.saturating_mul(1_000_000))
+    }
     /// Microseconds since the epoch.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn submit_time(&self) -> u64 {
@@ -316,7 +329,12 @@ async fn update_object(
                 iface.signal_emitter(),
                 zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
                 changed,
-                std::borrow::Cow::Borrowed(&["Reason", "EstimatedStart", "Estimate"]),
+                std::borrow::Cow::Borrowed(&[
+                    "Reason",
+                    "EstimatedStart",
+                    "Estimate",
+                    "ExpectedStart",
+                ]),
             )
             .await;
         }

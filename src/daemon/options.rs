@@ -24,6 +24,11 @@ pub struct Options {
     /// Half-life of the usage fair share counts (seconds or 7d, 12h; 0: no decay).
     #[arg(long, default_value = "7d")]
     pub fairshare_half_life: String,
+    /// What a second of each resource costs in fair-share usage, relative to
+    /// one CPU: `gpu=N,mem-gib=N` (either may be left out); default: each
+    /// resource counts as its share of the machine (all GPUs as all CPUs).
+    #[arg(long, default_value = "auto")]
+    pub usage_weights: String,
     /// Per-user, per-group and default limits (JSON, see the admin guide); a
     /// missing file means none. `xlurm limits --set` changes them live and
     /// keeps them in the state directory, which then wins over this file.

@@ -228,6 +228,15 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         machine = sched.machine().clone();
     }
     tracing::info!("accelerators: {}", machine.vendor_summary());
+    let mut priority = priority;
+    let weights = super::fairness::usage_weights(&o.usage_weights, &machine)
+        .map_err(|e| Refusal(format!("--usage-weights: {e}")))?;
+    tracing::info!(
+        "fair-share usage per second: CPU 1, GPU {}, GiB of memory {}",
+        weights.gpu,
+        weights.mem_gib
+    );
+    priority.usage_weights = Some(weights);
     let conn = if o.user {
         zbus::Connection::session().await
     } else {

@@ -72,7 +72,15 @@ impl Scheduler {
         let rate = self.weights.rate(&held);
         let since = started_at.unwrap_or(FROM_NEXT);
         self.meters.start(id, sub.owner.uid, rate, since);
-        self.run_info.insert(id, RunInfo { user, sub, held });
+        self.run_info.insert(
+            id,
+            RunInfo {
+                user,
+                sub,
+                held,
+                started: started_at,
+            },
+        );
         self.running.insert(id, Running { alloc, deadline });
     }
 

@@ -20,7 +20,7 @@ fn strict_backfill_estimates_match_the_reservation_and_plan_behind_it() {
     assert_eq!(s.estimated_start(3, 0), at(200));
     assert_eq!(s.estimated_start(5, 0), at(200));
     assert_eq!(s.estimated_start(1, 0), None, "running");
-    let all = s.estimates(0, 10);
+    let all = s.estimates(0, 10, false);
     assert_eq!(
         all.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
         vec![2, 3, 5]
@@ -121,4 +121,47 @@ fn the_plan_looks_only_so_deep() {
     );
     let json = serde_json::to_value(s.estimated_start(1, 0).unwrap()).unwrap();
     assert_eq!(json, serde_json::json!({"start": "at", "time": 0}));
+}
+
+#[test]
+fn expected_starts_use_what_jobs_of_the_same_kind_took() {
+    // 4 CPUs; kind 7 jobs have limits of 1000 s but completed in 100 s.
+    let machine = Machine::new(Topology::single(4, 8 * GIB), vec![]);
+    let mut s = fair(machine, Policy::StrictBackfill);
+    let job = |cpus: u32| Request {
+        time_limit_secs: Some(1000),
+        ..req(cpus, 0)
+    };
+    let sub = |kind: u64| Submission {
+        owner: owner(1000),
+        nice: 0,
+        submitted_at: 0,
+        kind,
+    };
+    let queue = |s: &mut Scheduler, id: JobId, kind: u64| {
+        let d = s.validate(&job(4)).unwrap();
+        s.enqueue_for(id, d, sub(kind));
+    };
+    // No history: the expected start is the bound.
+    queue(&mut s, 1, 7);
+    assert_eq!(started(&s.schedule(10)), vec![1]);
+    queue(&mut s, 2, 7);
+    queue(&mut s, 3, 8);
+    assert_eq!(s.estimated_start(2, 10), at(1010));
+    assert_eq!(s.expected_start(2, 10), at(1010));
+    // Completed kind-7 runs took 100 s (median of 100, 90, 5000).
+    for took in [100, 90, 5000] {
+        s.record_runtime(7, 0, took);
+    }
+    // Running job 1 (kind 7, started at 10) is expected to end at 110; job 2
+    // (kind 7) to run 100 s after it; job 3 (kind 8: no history) starts then.
+    assert_eq!(s.expected_start(2, 10), at(110));
+    assert_eq!(s.expected_start(3, 10), at(210));
+    // The bounds stay what the time limits give.
+    assert_eq!(s.estimated_start(2, 10), at(1010));
+    assert_eq!(s.estimated_start(3, 10), at(2010));
+    let all = s.estimates(10, 10, true);
+    assert_eq!(all, vec![(2, at(110).unwrap()), (3, at(210).unwrap())]);
+    // A job running past what its kind took is expected to end any moment.
+    assert_eq!(s.expected_start(2, 500), at(501));
 }

@@ -123,6 +123,7 @@ fn the_ledger_survives_a_restart_and_readopted_jobs_are_charged_from_it() {
         owner: owner(1000),
         nice: 0,
         submitted_at: 0,
+        kind: 0,
     };
     t.adopt_for(id, alloc, 3600, sub, Some(0));
     t.reprioritize(1500);

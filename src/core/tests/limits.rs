@@ -226,6 +226,7 @@ fn requests_that_never_fit_the_limit_are_refused_naming_it() {
                 owner: alice,
                 nice: 0,
                 submitted_at: 0,
+                kind: 0,
             },
         );
     }

@@ -114,6 +114,7 @@ fn submit_nice(s: &mut Scheduler, id: JobId, r: Request, uid: u32, at: u64, nice
         owner: owner(uid),
         nice,
         submitted_at: at,
+        kind: 0,
     };
     s.enqueue_for(id, d, sub);
 }

@@ -253,7 +253,24 @@ impl Job {
             },
             nice: self.nice,
             submitted_at: self.submit_usec / 1_000_000,
+            kind: self.kind(),
         }
+    }
+
+    /// Its kind for expected runtimes (`core::runtimes`): jobs of one owner
+    /// with the same name and resources (CPUs, memory, devices, time limit).
+    pub fn kind(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let d = &self.demand;
+        (self.uid, &self.name, d.cpus, d.mem_bytes, d.time_limit_secs).hash(&mut h);
+        (
+            d.devices.count,
+            d.devices.vendor.map(|v| v.index()),
+            d.exclusive,
+        )
+            .hash(&mut h);
+        h.finish().max(1)
     }
 
     pub fn state(&self) -> JobState {

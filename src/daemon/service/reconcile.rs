@@ -62,6 +62,12 @@ impl<U: Units> Daemon<U> {
         st.task_moved(&job, was);
         // Charged to its owner's fair-share usage up to now.
         st.sched.finish_at(id, now_usec() / 1_000_000);
+        // Jobs like it are expected to take as long (expected starts).
+        if state == JobState::Completed {
+            let (from, to) = (job.start_usec(), job.end_usec());
+            st.sched
+                .record_runtime(job.kind(), from / 1_000_000, to / 1_000_000);
+        }
         // Those waiting on it (or on its array) see how it ended.
         let woken = st.wake_job(&job);
         // A unit left to collect keeps the job's result until the record is

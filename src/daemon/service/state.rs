@@ -87,7 +87,21 @@ impl Found<'_> {
 impl State {
     /// The tables for what the store loaded: its pending jobs are queued in
     /// `sched` and counted per user.
-    pub fn new(sched: Scheduler, mut loaded: Loaded, store: Store) -> State {
+    pub fn new(mut sched: Scheduler, mut loaded: Loaded, store: Store) -> State {
+        // What completed jobs took, oldest end first, for expected starts.
+        let mut done: Vec<&Job> = loaded
+            .jobs
+            .values()
+            .filter(|j| j.state() == JobState::Completed)
+            .collect();
+        done.sort_by_key(|j| (j.end_usec(), j.id));
+        for j in done {
+            sched.record_runtime(
+                j.kind(),
+                j.start_usec() / 1_000_000,
+                j.end_usec() / 1_000_000,
+            );
+        }
         let mut usage: HashMap<u32, crate::core::Usage> = HashMap::new();
         let mut pending = Vec::new();
         for j in loaded
