@@ -2104,3 +2104,63 @@ async fn limits_name_users_and_xinfo_shows_the_callers_own() {
     assert_eq!(info["limits"][1]["scope"], "user", "{info}");
     assert_eq!(info["limits"][1]["limit"], 2, "{info}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_must_be_the_callers_own_pty_and_queues_nothing_otherwise() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (master, peer) = xlurm::wire::pty::open().unwrap();
+    let with_pty = |fd: zbus::Fd<'_>, script: bool| {
+        let mut s = spec(&["/bin/true"]);
+        if script {
+            s.extend([entry("script", "#!/bin/sh\ntrue\n")]);
+        }
+        s.insert(
+            "pty_fd".into(),
+            zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd)).unwrap(),
+        );
+        s
+    };
+    let before = c.list_jobs(HashMap::new()).await.unwrap().0.len();
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let err = error_name(
+        c.submit(with_pty(zbus::Fd::from(&file), false))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        err.contains("InvalidArgs") && err.contains("not a pseudo-terminal"),
+        "{err}"
+    );
+    // Not for a batch script.
+    let err = error_name(
+        c.submit(with_pty(zbus::Fd::from(&peer), true))
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.contains("not with a batch script"), "{err}");
+    // Not in SubmitMany.
+    let err = error_name(
+        c.submit_many(vec![with_pty(zbus::Fd::from(&peer), false)])
+            .await
+            .unwrap_err(),
+    );
+    assert!(err.contains("pty_fd"), "{err}");
+    // Another user's terminal (as root, give it away first).
+    if nix::unistd::getuid().is_root() {
+        nix::unistd::fchown(&peer, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let err = error_name(
+            c.submit(with_pty(zbus::Fd::from(&peer), false))
+                .await
+                .unwrap_err(),
+        );
+        assert!(err.contains("not yours"), "{err}");
+    }
+    assert_eq!(
+        c.list_jobs(HashMap::new()).await.unwrap().0.len(),
+        before,
+        "nothing queued"
+    );
+    drop(master);
+}

@@ -117,6 +117,7 @@ impl Rec {
             gid: u32::MAX,
             requeue: false,
             restarts: 0,
+            pty: false,
             array: None,
             stage,
         }

@@ -17,6 +17,11 @@ fn main() {
         let cmd = rest.strip_prefix(&["--".to_string()]).unwrap_or(rest);
         std::process::exit(xlurm::cli::tee::main(open, cmd));
     }
+    if raw.get(1).map(String::as_str) == Some("__pty") {
+        let rest = &raw[2..];
+        let cmd = rest.strip_prefix(&["--".to_string()]).unwrap_or(rest);
+        std::process::exit(xlurm::cli::pty_exec::main(cmd));
+    }
     let args = xlurm::cli::normalize_args(raw);
     let cli = xlurm::cli::parse(args).unwrap_or_else(|e| e.exit());
     let rt = match tokio::runtime::Builder::new_current_thread()

@@ -130,8 +130,12 @@ pub struct ResourceArgs {
 pub struct SubmitArgs {
     #[command(flatten)]
     pub res: ResourceArgs,
+    /// Run on a terminal of its own, interactively (like srun --pty): full-screen
+    /// programs, Ctrl-C and job control work; without a command, your login shell.
+    #[arg(long)]
+    pub pty: bool,
     /// The command and its arguments, passed unchanged (`--` optional).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    #[arg(required_unless_present = "pty", trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
     pub command: Vec<String>,
 }
 
@@ -139,6 +143,9 @@ pub struct SubmitArgs {
 pub struct BatchArgs {
     #[command(flatten)]
     pub res: ResourceArgs,
+    /// Refused: a batch job has no terminal (use xrun --pty).
+    #[arg(long, hide = true)]
+    pub pty: bool,
     /// Wrap a shell command line into a batch script.
     #[arg(long)]
     pub wrap: Option<String>,

@@ -10,6 +10,9 @@ use crate::core::request::format_bytes;
 use anyhow::{bail, Context, Result};
 
 pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
+    if a.pty {
+        bail!("--pty is for interactive jobs: a batch job has no terminal (use xrun --pty)");
+    }
     let (script, args, file_name) = match (&a.wrap, a.script.split_first()) {
         (Some(w), None) => (format!("#!/bin/bash\n{w}\n"), Vec::new(), None),
         (Some(_), Some(_)) => bail!("give either --wrap 'COMMAND' or a script, not both"),

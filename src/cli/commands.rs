@@ -13,6 +13,7 @@ use anyhow::Result;
 pub async fn main(cli: Cli) -> Result<i32> {
     let user = cli.user;
     match cli.command {
+        Command::Run(a) if a.pty => super::pty::run_pty(a, user).await,
         Command::Run(a) => run(a, user).await,
         Command::Batch(a) => batch(a, user).await,
         Command::Queue(a) => queue(a, user).await,

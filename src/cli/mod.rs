@@ -11,6 +11,8 @@ pub mod follow;
 pub mod format;
 pub mod info;
 pub mod log;
+pub mod pty;
+pub mod pty_exec;
 pub mod queue;
 pub mod run;
 pub mod sbatch;

@@ -4,7 +4,7 @@
 //! never by anything they send. Admin actions go through polkit with the
 //! caller's unique bus name as subject.
 
-use super::api_caller::take_output;
+use super::api_caller::{take_output, take_pty};
 use super::audience::Audience;
 use super::job::{Hold, JobState};
 use super::listing;
@@ -52,11 +52,12 @@ impl SchedulerApi {
         let uid = self.caller(conn, &hdr).await?;
         let mut spec = spec;
         let output = take_output(&mut spec)?;
+        let pty = take_pty(&mut spec, uid)?;
         let spec = spec::parse(&spec).map_err(|e| ApiError::InvalidArgs(e.0))?;
         let admin = self.may_raise(conn, &hdr, uid, [&spec]).await?;
         let s = self
             .daemon
-            .submit_as(uid, admin, vec![spec], output)
+            .submit_as(uid, admin, vec![spec], output, pty)
             .await?
             .remove(0);
         self.listen(&hdr, s.id);
@@ -90,7 +91,7 @@ impl SchedulerApi {
         let admin = self.may_raise(conn, &hdr, uid, &parsed).await?;
         let ids: Vec<u64> = self
             .daemon
-            .submit_as(uid, admin, parsed, None)
+            .submit_as(uid, admin, parsed, None, None)
             .await?
             .into_iter()
             .map(|s| s.id)

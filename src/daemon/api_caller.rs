@@ -12,6 +12,32 @@ use zbus::message::Header;
 use zbus::{Connection, Variant};
 
 /// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
+/// Takes `pty_fd` (h, `xrun --pty`'s terminal) out of `spec`, checked to be
+/// a pseudo-terminal peer that `uid` owns.
+pub(super) fn take_pty(
+    spec: &mut Dict,
+    uid: u32,
+) -> Result<Option<std::os::fd::OwnedFd>, ApiError> {
+    let Some(fd) = spec.remove(crate::wire::pty::SPEC_KEY) else {
+        return Ok(None);
+    };
+    let owned = match &*fd {
+        Variant::Fd(f) => f.try_clone().map_err(|e| {
+            ApiError::InvalidArgs(format!("cannot take the terminal descriptor: {e}"))
+        })?,
+        other => {
+            return Err(ApiError::InvalidArgs(format!(
+                "spec key \"pty_fd\" must have type h, not {}",
+                other.value_signature()
+            )))
+        }
+    };
+    let owned = std::os::fd::OwnedFd::try_from(owned)
+        .map_err(|e| ApiError::InvalidArgs(format!("cannot take the terminal descriptor: {e}")))?;
+    crate::daemon::pty::check(&owned, uid).map_err(ApiError::InvalidArgs)?;
+    Ok(Some(owned))
+}
+
 pub(super) fn take_output(
     spec: &mut Dict,
 ) -> Result<Option<(std::os::fd::OwnedFd, String)>, ApiError> {

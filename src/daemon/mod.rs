@@ -13,6 +13,7 @@ pub mod listing;
 pub mod options;
 pub mod outcome;
 pub mod output;
+pub mod pty;
 pub mod run;
 pub mod sd_journal;
 pub mod service;

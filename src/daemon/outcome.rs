@@ -123,10 +123,11 @@ pub fn launch_failure_name(status: i32) -> Option<&'static str> {
 }
 
 const SIGKILL: i32 = 9;
+const SIGHUP: i32 = 1;
 
 /// The final state of a finished unit. `cancelled` says whether xlurm (or an
 /// admin through xlurm) asked it to stop.
-pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
+pub fn classify(u: &UnitStatus, cancelled: bool, pty: bool) -> (JobState, Outcome) {
     let mut o = Outcome {
         result: u.result.clone(),
         exit_status: (u.exec_main_code == 1).then_some(u.exec_main_status),
@@ -169,6 +170,11 @@ pub fn classify(u: &UnitStatus, cancelled: bool) -> (JobState, Outcome) {
         // systemd counts SIGTERM as a clean end: the unit was stopped from
         // outside xlurm (systemctl stop) or the job ended itself so.
         o.detail = "stopped by SIGTERM outside xlurm (systemctl stop?)".into();
+        JobState::Cancelled
+    } else if pty && o.signal == Some(SIGHUP) {
+        // Its terminal hung up: xrun --pty, its terminal or the ssh
+        // connection went away (the kernel sends SIGHUP to the session).
+        o.detail = "its terminal hung up (xrun, the terminal or the connection went away)".into();
         JobState::Cancelled
     } else if let Some(sig) = o.signal {
         o.detail = format!("killed by signal {sig}");
@@ -381,7 +387,7 @@ mod tests {
             panic!("a clean exit is finished");
         };
         assert_eq!((u.exec_main_code, u.exec_main_status), (1, 0));
-        assert_eq!(classify(&u, false).0, JobState::Completed);
+        assert_eq!(classify(&u, false, false).0, JobState::Completed);
         assert_eq!(u.invocation_id, "ab");
         // Forgotten once finished: what comes after (the collect) is read.
         assert!(t.units.is_empty());
@@ -410,7 +416,7 @@ mod tests {
         let Verdict::Finished(u) = t.on(1, unit_signal("failed", "failed", "cd", false)) else {
             panic!("failed is finished");
         };
-        assert_eq!(classify(&u, false).0, JobState::Failed);
+        assert_eq!(classify(&u, false, false).0, JobState::Failed);
         // Cancelled: stopping says nothing until the stop job is done; the
         // end (inactive, the unit about to be unloaded) is read whole.
         t.on(2, service("success", 0, 0));
@@ -581,7 +587,7 @@ mod tests {
             ),
         ];
         for (u, cancelled, want, code) in cases {
-            let (state, outcome) = classify(&u, cancelled);
+            let (state, outcome) = classify(&u, cancelled, false);
             assert_eq!(state, want, "{u:?}");
             let job = crate::daemon::job::tests_support::job_with(state, outcome);
             assert_eq!(job.exit_code(), code, "{u:?}");
@@ -589,17 +595,31 @@ mod tests {
     }
 
     #[test]
+    fn a_hangup_cancels_an_interactive_job_and_fails_any_other() {
+        let hup = unit("signal", 2, 1);
+        let (state, o) = classify(&hup, false, true);
+        assert_eq!(state, JobState::Cancelled);
+        assert!(o.detail.contains("terminal hung up"), "{o:?}");
+        assert_eq!(classify(&hup, false, false).0, JobState::Failed);
+        // Another signal is a failure either way.
+        assert_eq!(
+            classify(&unit("signal", 2, 11), false, true).0,
+            JobState::Failed
+        );
+    }
+
+    #[test]
     fn sigkill_at_the_memory_limit_is_oom() {
         let mut u = unit("signal", 2, 9);
         u.memory_peak = Some(64 << 20);
-        assert_eq!(classify(&u, false).0, JobState::OutOfMemory);
+        assert_eq!(classify(&u, false, false).0, JobState::OutOfMemory);
         u.memory_peak = Some(1 << 20);
-        assert_eq!(classify(&u, false).0, JobState::Failed);
+        assert_eq!(classify(&u, false, false).0, JobState::Failed);
     }
 
     #[test]
     fn launch_failures_explain_themselves() {
-        let (_, o) = classify(&unit("exit-code", 1, 203), false);
+        let (_, o) = classify(&unit("exit-code", 1, 203), false, false);
         assert!(o.detail.contains("EXEC"), "{}", o.detail);
         assert!(launch_failure_name(199).is_none());
     }

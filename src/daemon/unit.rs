@@ -142,6 +142,13 @@ pub fn properties(
 ) -> Vec<(&'static str, Variant<'static>)> {
     let alloc = job.alloc();
     let (mut path, mut argv) = exec_start(job);
+    // xrun --pty: the descriptor held is the job's terminal (`daemon::pty`),
+    // its stdin, stdout and stderr; the `__pty` wrapper makes it the job's
+    // controlling terminal and execs the command.
+    let (output, tty) = match output {
+        Some(fd) if job.pty => (None, Some(fd)),
+        other => (other, None),
+    };
     // --output: the tee wrapper gets the user's file as its stdin
     // descriptor; an array's task names its own (`%A_%a`) and the wrapper,
     // running as the user, opens it.
@@ -151,7 +158,13 @@ pub fn properties(
         (None, Some(p)) => (Variant::from("null"), Some(p)),
         (None, None) => (Variant::from("null"), None),
     };
-    if matches!(stdin, Variant::Fd(_)) || open.is_some() {
+    if tty.is_some() {
+        let mut wrapped = vec![settings.tee_path.clone(), "__pty".into(), "--".into()];
+        argv[0] = path.clone();
+        wrapped.extend(argv);
+        argv = wrapped;
+        path = settings.tee_path.clone();
+    } else if matches!(stdin, Variant::Fd(_)) || open.is_some() {
         let mut wrapped = vec![settings.tee_path.clone(), "__tee-output".to_string()];
         if let Some(p) = open {
             wrapped.extend(["--open".to_string(), p]);
@@ -179,16 +192,6 @@ pub fn properties(
         ("WorkingDirectory", Variant::from(job.command.cwd.clone())),
         ("Environment", Variant::from(environment(job, visibility))),
         (
-            if matches!(stdin, Variant::Fd(_)) {
-                "StandardInputFileDescriptor"
-            } else {
-                "StandardInput"
-            },
-            stdin,
-        ),
-        ("StandardOutput", Variant::from("journal")),
-        ("StandardError", Variant::from("journal")),
-        (
             "LogExtraFields",
             Variant::from(vec![format!("XLURM_JOB_ID={}", job.id).into_bytes()]),
         ),
@@ -211,6 +214,7 @@ pub fn properties(
         ("DevicePolicy", Variant::from("closed")),
         ("DeviceAllow", Variant::from(devices.to_vec())),
     ];
+    p.extend(streams(stdin, tty));
     if let Some(a) = alloc {
         p.push(("AllowedCPUs", Variant::from(a.cpus.to_mask_bytes())));
         match settings.memory_nodes {
@@ -239,6 +243,44 @@ pub fn properties(
             Variant::from(vec![(SCRIPT_CREDENTIAL.to_string(), src)]),
         ));
     }
+    p
+}
+
+/// The job's standard streams: its terminal for all three (`xrun --pty`;
+/// systemd then sends SIGHUP with the stop signal, as to a login shell), or
+/// `stdin` (null, or `--output`'s file for the tee wrapper) with output to
+/// the journal.
+fn streams(
+    stdin: Variant<'static>,
+    tty: Option<std::os::fd::OwnedFd>,
+) -> Vec<(&'static str, Variant<'static>)> {
+    let Some(tty) = tty else {
+        let name = if matches!(stdin, Variant::Fd(_)) {
+            "StandardInputFileDescriptor"
+        } else {
+            "StandardInput"
+        };
+        return vec![
+            (name, stdin),
+            ("StandardOutput", Variant::from("journal")),
+            ("StandardError", Variant::from("journal")),
+        ];
+    };
+    let fd = |f: &std::os::fd::OwnedFd| f.try_clone().ok().map(|c| Variant::Fd(zbus::Fd::from(c)));
+    let mut p = Vec::with_capacity(4);
+    for name in [
+        "StandardOutputFileDescriptor",
+        "StandardErrorFileDescriptor",
+    ] {
+        if let Some(v) = fd(&tty) {
+            p.push((name, v));
+        }
+    }
+    p.push((
+        "StandardInputFileDescriptor",
+        Variant::Fd(zbus::Fd::from(tty)),
+    ));
+    p.push(("SendSIGHUP", Variant::from(true)));
     p
 }
 
@@ -488,6 +530,41 @@ mod tests {
             false,
         )]);
         assert_eq!(get(&p, "ExecStart"), &want);
+    }
+
+    #[test]
+    fn a_pty_job_runs_its_command_under_the_pty_wrapper_on_its_terminal() {
+        let mut job = running_job();
+        job.pty = true;
+        let f = tempfile::tempfile().unwrap();
+        let p = properties(&job, &settings(), None, &[], &[], Some(f.into()));
+        for name in [
+            "StandardInputFileDescriptor",
+            "StandardOutputFileDescriptor",
+            "StandardErrorFileDescriptor",
+        ] {
+            assert!(matches!(get(&p, name), Variant::Fd(_)), "{name}");
+        }
+        for name in ["StandardInput", "StandardOutput", "StandardError"] {
+            assert!(!p.iter().any(|(n, _)| *n == name), "{name} set");
+        }
+        assert_eq!(get(&p, "SendSIGHUP"), &Variant::from(true));
+        let want = Variant::from(vec![(
+            "/usr/bin/xlurm".to_string(),
+            vec!["/usr/bin/xlurm", "__pty", "--", "/usr/bin/env", "-0"]
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+            false,
+        )]);
+        assert_eq!(get(&p, "ExecStart"), &want);
+        // Everything else is a job's as usual.
+        assert_eq!(get(&p, "DevicePolicy"), &Variant::from("closed"));
+        assert!(p.iter().any(|(n, _)| *n == "AllowedCPUs"));
+        // Without its descriptor (never built so: the launch refuses first)
+        // it would be a plain job.
+        let p = properties(&job, &settings(), None, &[], &[], None);
+        assert_eq!(get(&p, "StandardOutput"), &Variant::from("journal"));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod bus;
 pub mod error;
+pub mod pty;
 pub mod queue;
 pub mod spec;
 pub mod time;

@@ -121,6 +121,9 @@ pub struct Job {
     pub requeue: bool,
     /// How often it was queued again (`SLURM_RESTART_COUNT`).
     pub restarts: u8,
+    /// `xrun --pty`: runs on the terminal its client passed (held like an
+    /// output descriptor until the start), not with its output in the journal.
+    pub pty: bool,
     /// Its place in an array (`--array`); boxed, as most jobs have none.
     pub array: Option<Box<Task>>,
     pub stage: Stage,
@@ -239,6 +242,7 @@ impl Job {
             gid: u32::MAX,
             requeue: false,
             restarts: 0,
+            pty: false,
             array: None,
             stage: Stage::Pending(Waiting::default()),
         }

@@ -44,6 +44,8 @@ struct Out<'a> {
     requeue: bool,
     #[serde(skip_serializing_if = "is_zero")]
     restarts: u8,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pty: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     array: Option<&'a Task>,
 }
@@ -83,6 +85,8 @@ pub(super) struct In {
     requeue: bool,
     #[serde(default)]
     restarts: u8,
+    #[serde(default)]
+    pty: bool,
     #[serde(default)]
     array: Option<Box<Task>>,
 }
@@ -139,6 +143,7 @@ impl Serialize for Job {
             kill_on_invalid_dep: self.after().is_some_and(|a| a.kill_on_invalid),
             requeue: self.requeue,
             restarts: self.restarts,
+            pty: self.pty,
             array: self.array.as_deref(),
         }
         .serialize(s)
@@ -202,6 +207,7 @@ impl TryFrom<In> for Job {
             gid: r.gid,
             requeue: r.requeue,
             restarts: r.restarts,
+            pty: r.pty,
             array: r.array,
             stage,
         })

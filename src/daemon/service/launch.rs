@@ -161,9 +161,20 @@ impl<U: Units> Daemon<U> {
                 return;
             }
         };
+        if job.pty && output_fd.is_none() {
+            self.fail_launch(
+                job.id,
+                "its terminal was lost when xlurmd restarted while the job was pending \
+                 (systemctl restart empties systemd's descriptor store): run xrun --pty again"
+                    .into(),
+            )
+            .await;
+            return;
+        }
         // --output: systemd holds the user's file from here on (the job's tee
         // wrapper writes it), so the daemon lets go of it once the unit exists.
         if output_fd.is_none()
+            && !job.pty
             && job.array.is_none()
             && job.output.as_ref().is_some_and(|o| o.error.is_empty())
         {

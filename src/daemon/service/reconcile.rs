@@ -13,6 +13,8 @@ struct Read {
     memory_max: u64,
     /// Its peak as last read from its cgroup.
     memory_peak: Option<u64>,
+    /// An interactive job (`xrun --pty`): a hangup of its terminal cancels it.
+    pty: bool,
 }
 
 impl Read {
@@ -24,6 +26,7 @@ impl Read {
             invocation: j.invocation_id().to_string(),
             memory_max: run.map_or(0, |r| r.alloc.mem_bytes),
             memory_peak: run.and_then(|r| r.memory_peak),
+            pty: j.pty,
         }
     }
 }
@@ -206,6 +209,7 @@ impl<U: Units> Daemon<U> {
             invocation,
             memory_max,
             memory_peak,
+            pty,
         } = job;
         let read = match ended {
             Some(mut status) => {
@@ -241,7 +245,7 @@ impl<U: Units> Daemon<U> {
                     self.started(id, status.invocation_id.clone()).await;
                 }
                 if status.finished() {
-                    let (state, outcome) = classify(&status, cancelled);
+                    let (state, outcome) = classify(&status, cancelled, pty);
                     self.finalize(id, state, outcome, Some(&status.active_state))
                         .await;
                 }

@@ -27,18 +27,30 @@ impl<U: Units> Daemon<U> {
         specs: Vec<Spec>,
         output: Option<(std::os::fd::OwnedFd, String)>,
     ) -> ApiResult<Vec<Submitted>> {
-        self.submit_as(uid, uid == 0, specs, output).await
+        self.submit_as(uid, uid == 0, specs, output, None).await
     }
 
     /// Like [`Daemon::submit_with_output`]; `admin`: the caller passed polkit
-    /// (or is root), so a negative nice (a raised priority) is allowed.
+    /// (or is root), so a negative nice (a raised priority) is allowed;
+    /// `pty`: the terminal of an interactive job (`xrun --pty`), already
+    /// checked to be the caller's (`crate::daemon::pty::check`).
     pub async fn submit_as(
         &self,
         uid: u32,
         admin: bool,
         specs: Vec<Spec>,
         output: Option<(std::os::fd::OwnedFd, String)>,
+        pty: Option<std::os::fd::OwnedFd>,
     ) -> ApiResult<Vec<Submitted>> {
+        if pty.is_some() {
+            let batch = specs.iter().any(|s| s.script.is_some());
+            if specs.len() != 1 || batch || output.is_some() || specs[0].array.is_some() {
+                return Err(ApiError::InvalidArgs(
+                    "a terminal (pty_fd) goes with one interactive command (xrun --pty): not with a batch script, an array or an output file"
+                        .into(),
+                ));
+            }
+        }
         if output.is_some() && specs.iter().any(|s| s.array.is_some()) {
             return Err(ApiError::InvalidArgs(
                 "an output file goes with one job, not an array's tasks (not supported yet): \
@@ -121,6 +133,7 @@ impl<U: Units> Daemon<U> {
             job.nice = spec.nice;
             job.gid = gid;
             job.requeue = spec.requeue;
+            job.pty = pty.is_some();
             job.array = spec
                 .array
                 .as_ref()
@@ -152,7 +165,9 @@ impl<U: Units> Daemon<U> {
             )));
         }
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
-        let mut output_fd = output.map(|(fd, _)| fd);
+        // A terminal is held as an output descriptor is; the job's
+        // `pty` tells them apart at the start.
+        let mut output_fd = output.map(|(fd, _)| fd).or(pty);
         for mut job in new_jobs {
             st.pending_added(&job);
             // On disk now: memory keeps what waiting needs.

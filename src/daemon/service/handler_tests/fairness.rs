@@ -162,7 +162,7 @@ async fn nice_and_limits_are_checked_at_submission_and_refusals_queue_nothing() 
     // may lower their own.
     d.submit(0, vec![two_cpu_sleep(Some(-5))]).await.unwrap();
     let raised = d
-        .submit_as(BOB, true, vec![two_cpu_sleep(Some(-3))], None)
+        .submit_as(BOB, true, vec![two_cpu_sleep(Some(-3))], None, None)
         .await
         .unwrap()[0]
         .id;
