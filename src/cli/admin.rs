@@ -132,3 +132,21 @@ pub(super) async fn limits(set: Option<&str>, user: bool) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// `xlurm gate [on|off]`.
+pub(super) async fn gate(setting: Option<&str>, user: bool) -> Result<i32> {
+    let p = connect(user).await?;
+    if let Some(s) = setting {
+        p.set_gate(s == "on").await.map_err(|e| explain(e, user))?;
+    }
+    let on = p.gate().await.map_err(|e| explain(e, user))?;
+    println!(
+        "accelerator gate: {}",
+        if on {
+            "on (only xlurm jobs and root open the accelerators)"
+        } else {
+            "off"
+        }
+    );
+    Ok(0)
+}

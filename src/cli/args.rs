@@ -61,6 +61,12 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         set: Option<String>,
     },
+    /// Show the accelerator gate, or turn it on or off live (admin): with it on,
+    /// only xlurm jobs (and root) can open the machine's accelerators.
+    Gate {
+        #[arg(value_parser = ["on", "off"])]
+        setting: Option<String>,
+    },
 }
 
 #[derive(Debug, Args, Clone, Default)]

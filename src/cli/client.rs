@@ -35,6 +35,9 @@ pub trait Scheduler {
     fn get_user_limits(&self) -> zbus::Result<String>;
     fn set_user_limits(&self, limits: &str) -> zbus::Result<()>;
     fn set_max_running(&self, max_running: u32) -> zbus::Result<()>;
+    fn set_gate(&self, on: bool) -> zbus::Result<()>;
+    #[zbus(property)]
+    fn gate(&self) -> zbus::Result<bool>;
     fn set_devices_disabled(&self, vendor: &str, ids: Vec<u32>, disabled: bool)
         -> zbus::Result<()>;
     #[zbus(signal)]

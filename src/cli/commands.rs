@@ -1,6 +1,6 @@
 //! The CLI's verbs, one file each; `main` runs the one asked for.
 
-use super::admin::{limits, set_disabled, set_max_running, set_policy, share};
+use super::admin::{gate, limits, set_disabled, set_max_running, set_policy, share};
 use super::batch::batch;
 use super::cancel::{cancel, hold, update};
 use super::info::info;
@@ -43,5 +43,6 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Release(a) => hold(a, true, user).await,
         Command::Update(a) => update(a, user).await,
         Command::Limits { set } => limits(set.as_deref(), user).await,
+        Command::Gate { setting } => gate(setting.as_deref(), user).await,
     }
 }

@@ -100,6 +100,12 @@ fn machine_text(m: &Dict) -> String {
             get::<f64>(&w, "mem_gib").unwrap_or(0.0)
         );
     }
+    if get::<bool>(m, "gate") == Some(true) {
+        let _ = writeln!(
+            out,
+            "accelerator gate: on (only xlurm jobs and root open the accelerators)"
+        );
+    }
     if limits.is_empty() {
         let _ = writeln!(out, "your limits: none");
     } else {

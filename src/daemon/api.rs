@@ -474,6 +474,11 @@ impl SchedulerApi {
         put(&mut weights, "gpu", w.gpu);
         put(&mut weights, "mem_gib", w.mem_gib);
         put(&mut out, "usage_weights", weights);
+        put(
+            &mut out,
+            "gate",
+            self.daemon.gate.load(std::sync::atomic::Ordering::Relaxed),
+        );
         let owner = crate::core::Owner { uid: caller, gid };
         put(
             &mut out,
@@ -529,6 +534,48 @@ impl SchedulerApi {
         let _ = self.max_running_changed(&em).await;
         self.daemon.kick.notify_one();
         Ok(())
+    }
+
+    /// Turns the accelerator gate on or off, live (admin): with it on,
+    /// processes outside xlurm jobs (login sessions, cron, user services)
+    /// cannot open the machine's accelerators; root still can. Kept in the
+    /// state directory, which then wins over `--gate`.
+    async fn set_gate(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(signal_emitter)] em: SignalEmitter<'_>,
+        on: bool,
+    ) -> Result<(), ApiError> {
+        self.require_admin(conn, &hdr, "changing the accelerator gate")
+            .await?;
+        if self.daemon.settings.unit.user_mode {
+            return Err(ApiError::Failed(
+                "the accelerator gate is for the system instance: systemd ignores device policies in user managers (not with xlurmd --user)".into(),
+            ));
+        }
+        let allow = match on {
+            true => super::gate::allow_list_now(&self.daemon.accel)
+                .map_err(|e| ApiError::Failed(format!("{e:#}")))?,
+            false => super::gate::open_list(&self.daemon.accel),
+        };
+        self.daemon
+            .systemd
+            .set_gate(on, &allow)
+            .await
+            .map_err(|e| ApiError::Failed(format!("{e:#}")))?;
+        self.daemon
+            .gate
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        let dir = self.daemon.state.lock().await.store.dir().to_path_buf();
+        let kept = super::gate::save(&dir, on);
+        let _ = self.gate_changed(&em).await;
+        kept.map_err(|e| {
+            ApiError::Failed(format!(
+                "the gate is {}, but keeping the setting failed (a restart would go back): {e:#}",
+                if on { "on" } else { "off" }
+            ))
+        })
     }
 
     /// Disables (`disabled` true) or enables devices of one vendor, live (admin).
@@ -592,5 +639,11 @@ impl SchedulerApi {
     #[zbus(property)]
     async fn max_running(&self) -> u32 {
         self.daemon.state.lock().await.sched.limits().max_running
+    }
+
+    /// Whether the accelerator gate is on (`SetGate`).
+    #[zbus(property)]
+    async fn gate(&self) -> bool {
+        self.daemon.gate.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -5,6 +5,7 @@ mod api_caller;
 pub mod as_user;
 pub mod audience;
 pub mod fairness;
+pub mod gate;
 pub mod job;
 pub mod job_env;
 pub mod job_object;

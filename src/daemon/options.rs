@@ -29,6 +29,12 @@ pub struct Options {
     /// resource counts as its share of the machine (all GPUs as all CPUs).
     #[arg(long, default_value = "auto")]
     pub usage_weights: String,
+    /// The accelerator gate (on, off): with it on, processes outside xlurm
+    /// jobs (login sessions, cron, user services) cannot open the machine's
+    /// accelerators; root still can. `xlurm gate` changes it live and keeps it
+    /// in the state directory, which then wins over this option.
+    #[arg(long, default_value = "off")]
+    pub gate: String,
     /// Per-user, per-group and default limits (JSON, see the admin guide); a
     /// missing file means none. `xlurm limits --set` changes them live and
     /// keeps them in the state directory, which then wins over this file.

@@ -7,7 +7,7 @@ use super::systemd::{Systemd, Units};
 use super::unit::{MemoryNodesChoice, UnitSettings};
 use crate::core::request::{parse_bytes, parse_duration_secs};
 use crate::core::{IdSet, Limits, Machine, Policy, Reserve, Scheduler};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,6 +152,38 @@ pub async fn main(o: Options) -> i32 {
     }
 }
 
+/// Puts the accelerator gate as kept in `state_dir` (else `default`), at
+/// start: its drop-ins are in /run, gone after a reboot. A failure is logged,
+/// not a refusal: jobs run either way.
+async fn apply_gate(daemon: &Daemon, state_dir: &Path, default: bool, user_mode: bool) {
+    let on = super::gate::load(state_dir).unwrap_or(default);
+    if user_mode {
+        if on {
+            tracing::warn!("the accelerator gate is for the system instance; ignored with --user");
+        }
+        return;
+    }
+    let (on, allow) = match on {
+        true => match super::gate::allow_list_now(&daemon.accel) {
+            Ok(a) => (true, a),
+            Err(e) => {
+                tracing::error!("the accelerator gate stays off: {e:#}");
+                (false, super::gate::open_list(&daemon.accel))
+            }
+        },
+        false => (false, super::gate::open_list(&daemon.accel)),
+    };
+    match daemon.systemd.set_gate(on, &allow).await {
+        Ok(()) => {
+            daemon.gate.store(on, std::sync::atomic::Ordering::Relaxed);
+            if on {
+                tracing::info!("accelerator gate on: only xlurm jobs open the accelerators");
+            }
+        }
+        Err(e) => tracing::error!("setting the accelerator gate: {e:#}"),
+    }
+}
+
 async fn run(o: Options) -> Result<Exit, Refusal> {
     let policy: Policy = o
         .policy
@@ -160,6 +192,8 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     let limits = limits(&o)?;
     let priority = super::fairness::priority_config(&o)?;
     let user_limits = super::fairness::read_user_limits(&o.user_limits)?;
+    let gate = super::gate::parse_setting(&o.gate)
+        .ok_or_else(|| Refusal(format!("--gate: {:?}: give on or off", o.gate)))?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
     let cancel_grace = cancel_grace(&o.cancel_grace)?;
@@ -257,6 +291,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         limits,
         priority,
         user_limits,
+        gate,
         state_dir,
         settings_user_mode: o.user,
         memory_nodes: o
@@ -330,6 +365,8 @@ pub struct ServeConfig {
     /// Per-user limits (`--user-limits`); those set live and kept in the
     /// state directory win.
     pub user_limits: crate::core::UserLimits,
+    /// `--gate`: the accelerator gate's setting unless one was set live.
+    pub gate: bool,
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
     /// `--memory-nodes`, resolved against systemd's version in `serve`.
@@ -464,6 +501,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         ))]);
         tokio::time::sleep(wait).await;
     }
+    apply_gate(&daemon, &cfg.state_dir, cfg.gate, cfg.settings_user_mode).await;
     // --output descriptors of pending jobs, kept in systemd's store across a crash.
     {
         let restored = super::output::from_listen_fds();

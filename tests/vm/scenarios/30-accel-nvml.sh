@@ -47,6 +47,7 @@ cleanup() {
         systemctl stop "xlurm-job-$id.service" 2>/dev/null
     done
     [ "${limits_set:-0}" = 1 ] && echo '{}' | xlurm limits --set -
+    [ "${gate_set:-0}" = 1 ] && xlurm gate off
     rm -f "$dropin"
     rmdir "$dropin_dir" 2>/dev/null
     systemctl daemon-reload
@@ -343,6 +344,68 @@ xcancel "$jl2"
 wait_state "$jl2" CANCELLED 60
 echo '{}' | xlurm limits --set -
 limits_set=0
+
+# ---- the accelerator gate (issue 19) -------------------------------------------------------
+# login_probe USER NAME: the probe in USER's login session (su -l: PAM, pam_systemd, so a
+# session scope in user-UID.slice) on the nodes in ${probe_nodes[@]}; sets $probe.
+login_probe() {
+    local f=/tmp/xlurm-30-login-$2.txt
+    rm -f "$f"
+    su -l "$1" -c "cat /proc/self/cgroup; $probe_bin $f ${probe_nodes[*]}" || fail "$1's login-session probe failed"
+    probe=$(cat "$f"); rm -f "$f"
+}
+probe_nodes=(/dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/null /dev/ptmx /dev/zero)
+check "gate off (the default): alice's login session opens a GPU node past the cgroup"
+assert_contains "$(xlurm gate)" "accelerator gate: off" "xlurm gate"
+login_probe alice off
+expect_allowed /dev/nvidia0 "gate off"
+assert_contains "$(su -l alice -c 'cat /proc/self/cgroup')" "user-$(id -u alice).slice" "alice's login session's cgroup"
+
+check "gate on (admin only): alice's login session gets EPERM on the GPU nodes, keeps /dev/null, ptys..."
+out=$(as_user alice xlurm gate on 2>&1) && fail "alice turned the gate on: $out"
+assert_contains "$out" "org.xlurm.scheduler.manage" "alice's refusal"
+gate_set=1
+xlurm gate on
+assert_contains "$(xlurm gate)" "accelerator gate: on" "xlurm gate"
+assert_contains "$(as_user alice xinfo)" "accelerator gate: on" "xinfo"
+cat /run/systemd/system/user-.slice.d/50-xlurm-gate.conf | head -20
+login_probe alice on
+expect_denied /dev/nvidia0 "a GPU node from a login session, gate on"
+expect_denied /dev/nvidiactl "a control node from a login session, gate on"
+expect_denied /dev/nvidia-uvm "a shared node from a login session, gate on"
+for n in /dev/null /dev/ptmx /dev/zero; do
+    assert_eq opened "$(opened "$n")" "$n from alice's login session, gate on"
+done
+rc=0; out=$(su -l alice -c "script -qec 'xrun --pty -t 60 -g 0 true' /dev/null" 2>&1) || rc=$?
+echo "$out"
+assert_eq 0 "$rc" "xrun --pty from alice's login session, gate on"
+
+check "gate on: alice's job still opens exactly its own GPU; root's login session opens every node"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1 /dev/nvidiactl)
+run_probe gate-job xrun -i 0 --device nv --
+expect_allowed /dev/nvidia0 "the job's own GPU, gate on"
+expect_allowed /dev/nvidiactl "the job's control node, gate on"
+expect_denied /dev/nvidia1 "another GPU, gate on"
+login_probe root root
+expect_allowed /dev/nvidia0 "root's login session, gate on"
+expect_allowed /dev/nvidia1 "root's login session, gate on"
+
+check "gate on survives systemctl daemon-reload and an xlurmd restart"
+probe_nodes=(/dev/nvidia0)
+systemctl daemon-reload
+login_probe alice reload
+expect_denied /dev/nvidia0 "after daemon-reload"
+restart_xlurmd
+assert_contains "$(xlurm gate)" "accelerator gate: on" "xlurm gate after a restart"
+login_probe alice restart
+expect_denied /dev/nvidia0 "after an xlurmd restart"
+
+check "gate off: alice's login session opens the GPU node again, the drop-ins are gone"
+xlurm gate off
+gate_set=0
+login_probe alice off-again
+expect_allowed /dev/nvidia0 "gate off again"
+[ ! -e /run/systemd/system/user-.slice.d/50-xlurm-gate.conf ] || fail "the gate's drop-in is left"
 
 check "an outside process on GPU 1 makes it busy and keeps jobs off it"
 sleep 1000 &
