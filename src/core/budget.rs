@@ -107,7 +107,7 @@ impl Budget {
                 "--max-pending-bytes-per-user",
             ),
             (
-                "pending jobs with an open --output file",
+                "pending jobs holding a descriptor (--output file or --pty terminal)",
                 have.outputs as u64,
                 adding.outputs as u64,
                 self.outputs as u64,

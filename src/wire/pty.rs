@@ -11,7 +11,9 @@ pub const SPEC_KEY: &str = "pty_fd";
 /// controlling terminal.
 pub fn open() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::OFlag;
-    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY)?;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    // (glibc passes O_CLOEXEC on to open: a process started meanwhile must
+    // not keep the master open, or the job's terminal would never hang up.)
     nix::pty::grantpt(&master)?;
     nix::pty::unlockpt(&master)?;
     let name = nix::pty::ptsname_r(&master)?;

@@ -210,12 +210,14 @@ impl Job {
         }
     }
 
-    /// What the job holds of its owner's budgets while pending.
+    /// What the job holds of its owner's budgets while pending: an
+    /// `--output` file and a `--pty` terminal are both a descriptor xlurmd
+    /// keeps open.
     pub fn usage(&self) -> crate::core::Usage {
         crate::core::Usage {
             jobs: 1,
             bytes: self.held_bytes(),
-            outputs: usize::from(self.output.is_some()),
+            outputs: usize::from(self.output.is_some() || self.pty),
         }
     }
 

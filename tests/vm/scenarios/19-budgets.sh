@@ -1,6 +1,7 @@
 #!/bin/bash
 # Budgets per user (issue 16, items 4 and 5). alice queues 1,100 jobs with an open
-# --output file each (xbatch -o): the default budget of 256 holds,
+# --output file each (xbatch -o): the default budget of 256 holds (an xrun --pty, whose
+# terminal is held the same way, is refused then too),
 # the rest are refused with LimitExceeded naming --max-output-files-per-user, xlurmd's
 # descriptors stay far from its limit, and bob's job still starts (backfilled) and ends
 # normally. (Before the budgets, about 1,000 such jobs exhausted xlurmd's descriptors
@@ -55,6 +56,13 @@ assert_eq 844 "$refused" "refused with LimitExceeded"
 fds=$(ls "/proc/$pid/fd" | wc -l)
 note "xlurmd holds $fds descriptors"
 [ "$fds" -lt 600 ] || fail "xlurmd holds $fds descriptors for 256 outputs"
+
+check "with her 256 descriptors held, alice's xrun --pty (a terminal held the same way) is refused too"
+rc=0; out=$(as_user alice timeout 60 script -qec "xrun --pty -c 2 -t 5 true" /dev/null < <(sleep 30) 2>&1) || rc=$?
+echo "$out"
+[ "$rc" -ne 0 ] || fail "xrun --pty was accepted over the budget"
+assert_contains "$out" "--max-output-files-per-user"
+assert_eq 256 "$(pending_of alice)" "nothing more queued"
 
 check "bob's job still starts (backfilled beside the blocker) and ends normally"
 out=$(as_user bob timeout 120 xrun -c 1 -t 60 /bin/sh -c 'echo bob-19-ok' 2>&1) && rc=0 || rc=$?

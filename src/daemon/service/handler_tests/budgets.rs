@@ -79,8 +79,24 @@ async fn each_budget_refuses_with_limit_exceeded_naming_it_and_changes_nothing()
         2,
         "the third descriptor was not kept"
     );
+    // A --pty terminal is a held descriptor too: refused while two are held.
+    let (_master, peer) = crate::wire::pty::open().unwrap();
+    let err = d
+        .submit_as(1002, false, vec![sleep_spec()], None, Some(peer))
+        .await
+        .unwrap_err();
+    let ApiError::LimitExceeded(text) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(text.contains("--max-output-files-per-user"), "{text}");
     // Without --output the user may still queue.
     d.submit(1002, vec![sleep_spec()]).await.unwrap();
+    // And one pending --pty job holds a descriptor of another user's budget.
+    let (_master, peer) = crate::wire::pty::open().unwrap();
+    d.submit_as(1003, false, vec![sleep_spec()], None, Some(peer))
+        .await
+        .unwrap();
+    assert_eq!(d.state.lock().await.usage_of(1003).outputs, 1);
 
     // Cancelling gives the budget back.
     let first = d.state.lock().await.jobs.keys().copied().next().unwrap();
