@@ -73,6 +73,7 @@ async fn main() {
         priority: xlurm::core::PriorityConfig::default(),
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
+        gate_exempt: Vec::new(),
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

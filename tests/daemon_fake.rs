@@ -67,6 +67,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         priority: xlurm::core::PriorityConfig::default(),
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
+        gate_exempt: Vec::new(),
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

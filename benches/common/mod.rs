@@ -27,6 +27,7 @@ pub fn config(state_dir: PathBuf) -> ServeConfig {
         priority: xlurm::core::PriorityConfig::default(),
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
+        gate_exempt: Vec::new(),
         state_dir,
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

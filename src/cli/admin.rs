@@ -143,7 +143,7 @@ pub(super) async fn gate(setting: Option<&str>, user: bool) -> Result<i32> {
     println!(
         "accelerator gate: {}",
         if on {
-            "on (only xlurm jobs and root open the accelerators)"
+            "on (only xlurm jobs, root's sessions and accel.slice open the accelerators)"
         } else {
             "off"
         }

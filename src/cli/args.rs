@@ -62,7 +62,7 @@ pub enum Command {
         set: Option<String>,
     },
     /// Show the accelerator gate, or turn it on or off live (admin): with it on,
-    /// only xlurm jobs (and root) can open the machine's accelerators.
+    /// only xlurm jobs (and root's sessions) can open the machine's accelerators.
     Gate {
         #[arg(value_parser = ["on", "off"])]
         setting: Option<String>,

@@ -103,7 +103,7 @@ fn machine_text(m: &Dict) -> String {
     if get::<bool>(m, "gate") == Some(true) {
         let _ = writeln!(
             out,
-            "accelerator gate: on (only xlurm jobs and root open the accelerators)"
+            "accelerator gate: on (only xlurm jobs, root's sessions and accel.slice open the accelerators)"
         );
     }
     if limits.is_empty() {

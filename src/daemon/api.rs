@@ -474,11 +474,7 @@ impl SchedulerApi {
         put(&mut weights, "gpu", w.gpu);
         put(&mut weights, "mem_gib", w.mem_gib);
         put(&mut out, "usage_weights", weights);
-        put(
-            &mut out,
-            "gate",
-            self.daemon.gate.load(std::sync::atomic::Ordering::Relaxed),
-        );
+        put(&mut out, "gate", self.daemon.gate.is_on());
         let owner = crate::core::Owner { uid: caller, gid };
         put(
             &mut out,
@@ -537,8 +533,9 @@ impl SchedulerApi {
     }
 
     /// Turns the accelerator gate on or off, live (admin): with it on,
-    /// processes outside xlurm jobs (login sessions, cron, user services)
-    /// cannot open the machine's accelerators; root still can. Kept in the
+    /// processes outside xlurm jobs (login sessions, services, cron)
+    /// cannot open the machine's accelerators; root's sessions and the
+    /// services of `--gate-exempt` still can. Kept in the
     /// state directory, which then wins over `--gate`.
     async fn set_gate(
         &self,
@@ -554,21 +551,13 @@ impl SchedulerApi {
                 "the accelerator gate is for the system instance: systemd ignores device policies in user managers (not with xlurmd --user)".into(),
             ));
         }
-        let allow = match on {
-            true => super::gate::allow_list_now(&self.daemon.accel)
-                .map_err(|e| ApiError::Failed(format!("{e:#}")))?,
-            false => super::gate::open_list(&self.daemon.accel),
-        };
-        self.daemon
-            .systemd
-            .set_gate(on, &allow)
-            .await
-            .map_err(|e| ApiError::Failed(format!("{e:#}")))?;
         self.daemon
             .gate
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+            .turn(&self.daemon.systemd, &self.daemon.accel, on, false)
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))?;
         let dir = self.daemon.state.lock().await.store.dir().to_path_buf();
-        let kept = super::gate::save(&dir, on);
+        let kept = super::device_gate::save(&dir, on);
         let _ = self.gate_changed(&em).await;
         kept.map_err(|e| {
             ApiError::Failed(format!(
@@ -644,6 +633,6 @@ impl SchedulerApi {
     /// Whether the accelerator gate is on (`SetGate`).
     #[zbus(property)]
     async fn gate(&self) -> bool {
-        self.daemon.gate.load(std::sync::atomic::Ordering::Relaxed)
+        self.daemon.gate.is_on()
     }
 }

@@ -30,11 +30,20 @@ pub struct Options {
     #[arg(long, default_value = "auto")]
     pub usage_weights: String,
     /// The accelerator gate (on, off): with it on, processes outside xlurm
-    /// jobs (login sessions, cron, user services) cannot open the machine's
-    /// accelerators; root still can. `xlurm gate` changes it live and keeps it
+    /// jobs (login sessions, services, cron) cannot open the machine's
+    /// accelerators; root's sessions still can. `xlurm gate` changes it live and keeps it
     /// in the state directory, which then wins over this option.
     #[arg(long, default_value = "off")]
     pub gate: String,
+    /// Services that still open the accelerators with the gate on, as
+    /// NAME.service, comma-separated: a drop-in moves each into accel.slice
+    /// (beside system.slice, which the gate closes) from its next start.
+    /// Empty: none.
+    #[arg(
+        long,
+        default_value = "nvidia-persistenced.service,nvidia-fabricmanager.service,nvidia-dcgm.service,dcgm.service"
+    )]
+    pub gate_exempt: String,
     /// Per-user, per-group and default limits (JSON, see the admin guide); a
     /// missing file means none. `xlurm limits --set` changes them live and
     /// keeps them in the state directory, which then wins over this file.

@@ -156,31 +156,23 @@ pub async fn main(o: Options) -> i32 {
 /// start: its drop-ins are in /run, gone after a reboot. A failure is logged,
 /// not a refusal: jobs run either way.
 async fn apply_gate(daemon: &Daemon, state_dir: &Path, default: bool, user_mode: bool) {
-    let on = super::gate::load(state_dir).unwrap_or(default);
+    let on = super::device_gate::load(state_dir).unwrap_or(default);
     if user_mode {
         if on {
             tracing::warn!("the accelerator gate is for the system instance; ignored with --user");
         }
         return;
     }
-    let (on, allow) = match on {
-        true => match super::gate::allow_list_now(&daemon.accel) {
-            Ok(a) => (true, a),
-            Err(e) => {
-                tracing::error!("the accelerator gate stays off: {e:#}");
-                (false, super::gate::open_list(&daemon.accel))
-            }
-        },
-        false => (false, super::gate::open_list(&daemon.accel)),
-    };
-    match daemon.systemd.set_gate(on, &allow).await {
-        Ok(()) => {
-            daemon.gate.store(on, std::sync::atomic::Ordering::Relaxed);
-            if on {
-                tracing::info!("accelerator gate on: only xlurm jobs open the accelerators");
-            }
+    match daemon
+        .gate
+        .turn(&daemon.systemd, &daemon.accel, on, true)
+        .await
+    {
+        Ok(()) if on => {
+            tracing::info!("accelerator gate on: only xlurm jobs open the accelerators")
         }
-        Err(e) => tracing::error!("setting the accelerator gate: {e:#}"),
+        Ok(()) => {}
+        Err(e) => tracing::error!("setting the accelerator gate: {e}"),
     }
 }
 
@@ -192,8 +184,10 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     let limits = limits(&o)?;
     let priority = super::fairness::priority_config(&o)?;
     let user_limits = super::fairness::read_user_limits(&o.user_limits)?;
-    let gate = super::gate::parse_setting(&o.gate)
+    let gate = super::device_gate::parse_setting(&o.gate)
         .ok_or_else(|| Refusal(format!("--gate: {:?}: give on or off", o.gate)))?;
+    let gate_exempt = super::device_gate::parse_exempt(&o.gate_exempt)
+        .map_err(|e| Refusal(format!("--gate-exempt: {e}")))?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
     let cancel_grace = cancel_grace(&o.cancel_grace)?;
@@ -292,6 +286,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         priority,
         user_limits,
         gate,
+        gate_exempt,
         state_dir,
         settings_user_mode: o.user,
         memory_nodes: o
@@ -367,6 +362,8 @@ pub struct ServeConfig {
     pub user_limits: crate::core::UserLimits,
     /// `--gate`: the accelerator gate's setting unless one was set live.
     pub gate: bool,
+    /// `--gate-exempt`: the services let through the gate.
+    pub gate_exempt: Vec<String>,
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
     /// `--memory-nodes`, resolved against systemd's version in `serve`.
@@ -501,6 +498,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         ))]);
         tokio::time::sleep(wait).await;
     }
+    daemon.gate.set_exempt(cfg.gate_exempt.clone());
     apply_gate(&daemon, &cfg.state_dir, cfg.gate, cfg.settings_user_mode).await;
     // --output descriptors of pending jobs, kept in systemd's store across a crash.
     {

@@ -395,92 +395,40 @@ impl Systemd {
         &self.version
     }
 
-    /// Turns the accelerator gate on (`on`, `allow`: the user slices' device
-    /// allow-list) or off (`allow`: what the user slices that exist get,
-    /// `gate::open_list`): writes or removes its runtime drop-ins
-    /// (`daemon::gate`), sets the policy on each user slice there is, and
-    /// reloads the manager, which gives the drop-ins to those made later.
-    pub async fn set_gate(&self, on: bool, allow: &[String]) -> Result<()> {
-        let dir = self
-            .runtime_units
-            .as_ref()
-            .context("the manager's runtime unit directory is not known")?;
-        let [user, root] = crate::daemon::gate::dropin_paths(dir);
-        if on {
-            let user_text = crate::daemon::gate::user_dropin(allow);
-            for (path, text) in [
-                (&user, user_text.as_str()),
-                (&root, crate::daemon::gate::ROOT_DROPIN),
-            ] {
-                let parent = path.parent().unwrap_or(dir);
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("creating {}", parent.display()))?;
-                crate::daemon::store::write_atomic(
-                    parent,
-                    crate::daemon::gate::DROPIN,
-                    text.as_bytes(),
-                )
-                .with_context(|| format!("writing {}", path.display()))?;
-                // Readable, as unit files are (systemd warns otherwise).
-                use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644));
-            }
-        } else {
-            if !user.exists() && !root.exists() {
-                return Ok(());
-            }
-            for path in [&user, &root] {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {
-                        if let Some(parent) = path.parent() {
-                            let _ = std::fs::remove_dir(parent);
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(e).with_context(|| format!("removing {}", path.display()))
-                    }
-                }
-            }
-        }
-        // A reload gives new user slices the drop-ins but does not change
-        // the device program of a slice that exists: set the policy on each
-        // directly, then remove the control drop-ins that leaves (they would
-        // outrank the gate's next time), and reload.
-        let slices = self
+    /// The manager's runtime unit directory (`/run/systemd/system`), where
+    /// runtime drop-ins go; `None` when it is not known.
+    pub fn runtime_units(&self) -> Option<&std::path::Path> {
+        self.runtime_units.as_deref()
+    }
+
+    /// The names of the loaded units that match `pattern` (`user-*.slice`).
+    pub async fn unit_names(&self, pattern: &str) -> Result<Vec<String>> {
+        let units = self
             .manager
-            .list_units_by_patterns(&[], &["user-*.slice"])
+            .list_units_by_patterns(&[], &[pattern])
             .await
-            .context("listing the user slices")?;
-        let control = dir.with_file_name("system.control");
-        let list: Vec<(String, String)> = allow
-            .iter()
-            .filter_map(|a| a.rsplit_once(' '))
-            .map(|(d, p)| (d.to_string(), p.to_string()))
-            .collect();
-        for (name, ..) in slices.iter().filter(|s| s.0 != "user-0.slice") {
-            let props: Vec<(&str, Variant<'_>)> = vec![
-                ("DeviceAllow", Variant::from(Vec::<(String, String)>::new())),
-                ("DeviceAllow", Variant::from(list.clone())),
-                (
-                    "DevicePolicy",
-                    Variant::from(if on { "closed" } else { "auto" }),
-                ),
-            ];
-            if let Err(e) = self.manager.set_unit_properties(name, true, &props).await {
-                tracing::warn!("the accelerator gate on {name}: {e}");
-            }
-            let d = control.join(format!("{name}.d"));
-            for f in ["50-DeviceAllow.conf", "50-DevicePolicy.conf"] {
-                let _ = std::fs::remove_file(d.join(f));
-            }
-            let _ = std::fs::remove_dir(&d);
-        }
+            .with_context(|| format!("listing the units {pattern}"))?;
+        Ok(units.into_iter().map(|u| u.0).collect())
+    }
+
+    /// Sets `props` on `unit` for this boot (`SetUnitProperties`, runtime).
+    pub async fn set_runtime_properties(
+        &self,
+        unit: &str,
+        props: &[(&str, Variant<'_>)],
+    ) -> Result<()> {
+        self.manager
+            .set_unit_properties(unit, true, props)
+            .await
+            .with_context(|| format!("setting properties of {unit}"))
+    }
+
+    /// Reloads the manager (`daemon-reload`): it reads drop-ins anew.
+    pub async fn reload(&self) -> Result<()> {
         self.manager
             .reload()
             .await
-            .context("reloading systemd's manager")?;
-        Ok(())
+            .context("reloading systemd's manager")
     }
 }
 

@@ -71,8 +71,8 @@ pub struct Daemon<U = Systemd> {
     pub accel: Vec<crate::accel::Active>,
     /// Set (under the state lock) when the daemon is stopping: no new launches.
     stopping: std::sync::atomic::AtomicBool,
-    /// Whether the accelerator gate is on (`daemon::gate`).
-    pub gate: std::sync::atomic::AtomicBool,
+    /// The accelerator gate (`daemon::device_gate`).
+    pub gate: crate::daemon::device_gate::Gate,
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
@@ -112,7 +112,7 @@ impl<U: Units> Daemon<U> {
             changes: tx,
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
-            gate: std::sync::atomic::AtomicBool::new(false),
+            gate: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             workdirs: super::as_user::Checker::default(),

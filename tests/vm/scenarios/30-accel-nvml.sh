@@ -390,6 +390,40 @@ login_probe root root
 expect_allowed /dev/nvidia0 "root's login session, gate on"
 expect_allowed /dev/nvidia1 "root's login session, gate on"
 
+# service_probe UNIT NAME: the probe as a root system service named UNIT (systemd-run: in
+# system.slice unless a drop-in says otherwise); sets $probe, with its cgroup first.
+service_probe() {
+    local f=/tmp/xlurm-30-svc-$2.txt
+    rm -f "$f"
+    systemctl reset-failed "$1" 2>/dev/null || true
+    systemd-run --quiet --wait --collect --unit="$1" /bin/sh -c \
+        "cat /proc/self/cgroup >$f.cg; $probe_bin $f ${probe_nodes[*]}" || fail "the service probe $1 failed"
+    probe=$(cat "$f.cg" "$f"); rm -f "$f" "$f.cg"
+}
+check "gate on: a system service (system.slice, as cron's jobs) gets EPERM; xlurmd and an exempt service (accel.slice) open the nodes"
+probe_nodes=(/dev/nvidia0 /dev/nvidiactl /dev/null /dev/zero)
+assert_contains "$(cat "/proc/$(systemctl show -p MainPID --value xlurmd)/cgroup")" "0::/accel.slice/xlurmd.service" "xlurmd's cgroup"
+head -3 /run/systemd/system/system.slice.d/50-xlurm-gate.conf
+assert_eq closed "$(systemctl show -p DevicePolicy --value system.slice)" "system.slice's DevicePolicy"
+service_probe xlurm-30-plain plain
+assert_contains "$probe" "0::/system.slice/xlurm-30-plain.service" "the plain service's cgroup"
+expect_denied /dev/nvidia0 "a GPU node from a root system service, gate on"
+expect_denied /dev/nvidiactl "a control node from a root system service, gate on"
+for n in /dev/null /dev/zero; do
+    assert_eq opened "$(opened "$n")" "$n from a system service, gate on"
+done
+# nvidia-persistenced.service is in --gate-exempt's default list.
+service_probe nvidia-persistenced.service exempt
+assert_contains "$probe" "0::/accel.slice/nvidia-persistenced.service" "the exempt service's cgroup"
+expect_allowed /dev/nvidia0 "an exempt service (--gate-exempt), gate on"
+expect_allowed /dev/nvidiactl "an exempt service (--gate-exempt), gate on"
+# What xlurmd opens (the simulated NVML opens no node): a probe moved into its cgroup.
+f=/tmp/xlurm-30-in-xlurmd.txt
+sh -c "echo \$\$ >/sys/fs/cgroup/accel.slice/xlurmd.service/cgroup.procs && exec $probe_bin $f ${probe_nodes[*]}" \
+    || fail "the probe in xlurmd's cgroup failed"
+probe=$(cat "$f"); rm -f "$f"
+expect_allowed /dev/nvidia0 "xlurmd's cgroup, gate on"
+
 check "gate on survives systemctl daemon-reload and an xlurmd restart"
 probe_nodes=(/dev/nvidia0)
 systemctl daemon-reload
@@ -406,6 +440,12 @@ gate_set=0
 login_probe alice off-again
 expect_allowed /dev/nvidia0 "gate off again"
 [ ! -e /run/systemd/system/user-.slice.d/50-xlurm-gate.conf ] || fail "the gate's drop-in is left"
+for d in system.slice user-0.slice nvidia-persistenced.service; do
+    [ ! -e "/run/systemd/system/$d.d/50-xlurm-gate.conf" ] || fail "the gate's drop-in for $d is left"
+done
+probe_nodes=(/dev/nvidia0)
+service_probe xlurm-30-plain plain-off
+expect_allowed /dev/nvidia0 "a root system service, gate off again"
 
 check "an outside process on GPU 1 makes it busy and keeps jobs off it"
 sleep 1000 &
