@@ -463,6 +463,7 @@ impl Backend for Dcmi {
                             uuid: Err(e.clone()),
                             processes: Err(e.clone()),
                             condition: Err(e),
+                            load: Default::default(),
                         }
                     }
                     Some(c) => DevicePoll {
@@ -470,6 +471,7 @@ impl Backend for Dcmi {
                         uuid: self.uuid(c),
                         processes: self.processes(c),
                         condition: self.condition(c),
+                        load: Default::default(),
                     },
                 },
             )

@@ -467,6 +467,7 @@ impl Backend for Hcu {
                         )
                     }),
                 },
+                load: Default::default(),
             })
             .collect())
     }

@@ -130,6 +130,7 @@ mod tests {
             uuid: Ok(uuid.into()),
             processes: Ok(procs.to_vec()),
             condition: Ok(Condition::Healthy),
+            load: Default::default(),
         }
     }
 

@@ -17,6 +17,8 @@
 //! /* optional: */
 //! hgmlReturn_t hgmlDeviceGetPciInfo_v2(hgmlDevice_t device, hgmlPciInfo_t *pci);
 //! hgmlReturn_t hgmlDeviceGetNumaNodeId(hgmlDevice_t device, unsigned int *node);
+//! hgmlReturn_t hgmlDeviceGetUtilizationRates(hgmlDevice_t, hgmlUtilization_t *);
+//! hgmlReturn_t hgmlDeviceGetMemoryInfo(hgmlDevice_t, hgmlMemory_t *);
 //! ```
 //!
 //! HGML has no health query xlurm relies on: a PPU is unhealthy only when a query says
@@ -55,6 +57,8 @@ impl NvmlLike {
                 graphics: None,
                 minor: None,
                 numa: opt(&lib, "hgmlDeviceGetNumaNodeId"),
+                utilization: opt(&lib, "hgmlDeviceGetUtilizationRates"),
+                memory: opt(&lib, "hgmlDeviceGetMemoryInfo"),
             }
         };
         NvmlLike::start(Vendor::Ppu, "HGML v2", lib, t, Nodes::Ppu, config)

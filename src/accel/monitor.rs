@@ -133,6 +133,7 @@ mod tests {
                 uuid: Ok("GPU-0".into()),
                 processes: Ok(pids),
                 condition: Ok(Condition::Healthy),
+                load: Default::default(),
             }])
         }
     }
@@ -266,6 +267,7 @@ mod tests {
                 uuid: Ok("GPU-0".into()),
                 processes: Ok(pids.to_vec()),
                 condition: Ok(Condition::Healthy),
+                load: Default::default(),
             }])
         };
         // What the old snapshot-only judgement said: busy with job 7's own process.

@@ -326,6 +326,7 @@ impl Backend for Mtml {
                     uuid,
                     processes,
                     condition: Ok(Condition::Healthy),
+                    load: Default::default(),
                 }
             })
             .collect())

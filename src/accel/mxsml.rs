@@ -333,6 +333,7 @@ impl Backend for Mxsml {
                     uuid,
                     processes,
                     condition: self.condition(d.index),
+                    load: Default::default(),
                 }
             })
             .collect())

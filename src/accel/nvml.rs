@@ -18,6 +18,12 @@
 //! nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t, unsigned int *,
 //!                  nvmlProcessInfo_t *);
 //! nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
+//! nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+//!                  nvmlUtilization_t *utilization);
+//! nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+//!
+//! typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;   /* percent */
+//! typedef struct { unsigned long long total, free, used; } nvmlMemory_t;  /* bytes */
 //!
 //! typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device,
 //!                  pciDeviceId, pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
@@ -32,7 +38,7 @@
 use super::loader::{buf_string, c_string, fill_list, Lib};
 use super::nodes::{format_bdf, normalize_bdf, require_node, sysfs_numa_node};
 use super::{
-    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, Load, QueryError,
 };
 use crate::core::Vendor;
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
@@ -75,6 +81,23 @@ const NO_PROCESS: ProcessInfo = ProcessInfo {
     compute_instance_id: 0,
 };
 
+/// `nvmlUtilization_t`: percent of the last sample period.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// `nvmlMemory_t` (version 1): bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Memory {
+    total: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
 type ProcessesFn = unsafe extern "C" fn(Dev, *mut c_uint, *mut ProcessInfo) -> Ret;
 type DevUintFn = unsafe extern "C" fn(Dev, *mut c_uint) -> Ret;
 
@@ -113,6 +136,8 @@ pub(crate) struct Table {
     pub graphics: Option<F<ProcessesFn>>,
     pub minor: Option<F<DevUintFn>>,
     pub numa: Option<F<DevUintFn>>,
+    pub utilization: Option<F<unsafe extern "C" fn(Dev, *mut Utilization) -> Ret>>,
+    pub memory: Option<F<unsafe extern "C" fn(Dev, *mut Memory) -> Ret>>,
 }
 
 /// How a flavour names its device nodes.
@@ -171,6 +196,8 @@ impl NvmlLike {
                 graphics: opt(&lib, "nvmlDeviceGetGraphicsRunningProcesses_v3"),
                 minor: Some(req(&lib, "nvmlDeviceGetMinorNumber")?),
                 numa: opt(&lib, "nvmlDeviceGetNumaNodeId"),
+                utilization: opt(&lib, "nvmlDeviceGetUtilizationRates"),
+                memory: opt(&lib, "nvmlDeviceGetMemoryInfo"),
             }
         };
         Self::start(Vendor::Nv, "NVML", lib, t, Nodes::Nvidia, config)
@@ -301,6 +328,27 @@ impl NvmlLike {
         Ok(pids)
     }
 
+    /// The device's load; a part the library lacks or fails is left out.
+    fn load(&self, dev: Dev) -> Load {
+        let mut load = Load::default();
+        if let Some(f) = &self.t.utilization {
+            let mut u = Utilization::default();
+            // SAFETY: writes one nvmlUtilization_t.
+            if unsafe { (f.f)(dev, &mut u) } == SUCCESS {
+                load.util_pct = Some(Load::pct(u.gpu));
+            }
+        }
+        if let Some(f) = &self.t.memory {
+            let mut m = Memory::default();
+            // SAFETY: writes one nvmlMemory_t (version 1).
+            if unsafe { (f.f)(dev, &mut m) } == SUCCESS && m.total > 0 {
+                load.mem_used = Some(m.used.min(m.total));
+                load.mem_total = Some(m.total);
+            }
+        }
+        load
+    }
+
     fn device_nodes(&self, dev: Dev, index: u32) -> Result<Vec<PathBuf>, AccelError> {
         Ok(match self.nodes {
             Nodes::Nvidia => {
@@ -367,14 +415,15 @@ impl NvmlLike {
             }
             f.error
         };
-        let (uuid, processes) = match self.handle(index) {
+        let (uuid, processes, load) = match self.handle(index) {
             Err(f) => {
                 let e = note(f);
-                (Err(e.clone()), Err(e))
+                (Err(e.clone()), Err(e), Load::default())
             }
             Ok(dev) => (
                 self.uuid(dev, index).map_err(&mut note),
                 self.processes(dev, index).map_err(&mut note),
+                self.load(dev),
             ),
         };
         let condition = Ok(match lost {
@@ -386,6 +435,7 @@ impl NvmlLike {
             uuid,
             processes,
             condition,
+            load,
         }
     }
 }

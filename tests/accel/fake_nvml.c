@@ -185,6 +185,40 @@ ret_t API(DeviceGetNumaNodeId)(device_t h, unsigned int *node)
 }
 #endif
 
+typedef struct {
+    unsigned int gpu, memory;
+} utilization_t;
+typedef struct {
+    unsigned long long total, free, used;
+} memory_t;
+
+#ifndef OMIT_DeviceGetUtilizationRates
+ret_t API(DeviceGetUtilizationRates)(device_t h, utilization_t *u)
+{
+    struct fake_device *d;
+    ret_t r = lookup(h, "util", &d);
+    if (r)
+        return r;
+    u->gpu = d->util;
+    u->memory = d->util / 2;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_DeviceGetMemoryInfo
+ret_t API(DeviceGetMemoryInfo)(device_t h, memory_t *m)
+{
+    struct fake_device *d;
+    ret_t r = lookup(h, "mem", &d);
+    if (r)
+        return r;
+    m->total = d->mem_total;
+    m->used = d->mem_used;
+    m->free = d->mem_total - d->mem_used;
+    return 0;
+}
+#endif
+
 FAKE_UNUSED static ret_t processes(device_t h, const char *what, unsigned int *count, process_info_t *infos)
 {
     struct fake_device *d;

@@ -27,8 +27,12 @@
  *   card=N chip=N   DCMI v1 card and chip (default card=index chip=0)
  *   procs=P,P,...   compute processes using the device
  *   gprocs=P,...    graphics processes (NVML)
+ *   util=N          busy percent of the last sample period (default 0)
+ *   mem_used=B      device memory in use, bytes (default 0)
+ *   mem_total=B     device memory in all, bytes (default 16 GiB)
  *   fail=WHAT:CODE,...   make one query fail with CODE; WHAT is one of
  *                   handle uuid pci minor numa procs gprocs health gpus path
+ *                   util mem
  *
  * If the state file cannot be read, init functions fail (code 999) so that a
  * misconfigured test is loud rather than silently empty.
@@ -65,6 +69,8 @@ struct fake_device {
     int nprocs;
     unsigned gprocs[FAKE_MAX_PROCS];
     int ngprocs;
+    unsigned util;
+    unsigned long long mem_used, mem_total;
     struct fake_fail fails[FAKE_MAX_FAILS];
     int nfails;
 };
@@ -146,6 +152,7 @@ static void fake_parse_device(char *rest, struct fake_device *d, int index)
     d->numa = -1;
     d->card = index;
     snprintf(d->node, sizeof d->node, "/dev/mtgpu.%d", index);
+    d->mem_total = 16ULL << 30;
     /* strtok_r, not strtok: strtok's position is one global of the C library, and
      * tests running in parallel threads parse their own libraries' states at once. */
     char *save = NULL;
@@ -178,6 +185,12 @@ static void fake_parse_device(char *rest, struct fake_device *d, int index)
             d->nprocs = fake_parse_pids(v, d->procs);
         else if (!strcmp(k, "gprocs"))
             d->ngprocs = fake_parse_pids(v, d->gprocs);
+        else if (!strcmp(k, "util"))
+            d->util = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(k, "mem_used"))
+            d->mem_used = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "mem_total"))
+            d->mem_total = strtoull(v, NULL, 10);
         else if (!strcmp(k, "fail"))
             fake_parse_fails(v, d);
     }
