@@ -74,6 +74,7 @@ async fn main() {
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
         gate_exempt: Vec::new(),
+        idle_gpu: Default::default(),
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

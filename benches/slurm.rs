@@ -62,6 +62,7 @@ async fn daemon(dir: &std::path::Path, pending: usize) -> Arc<Daemon<MemoryUnits
         list_is_public: true,
         object_linger: std::time::Duration::from_secs(600),
         journalctl: "/nonexistent/journalctl".into(),
+        idle: Default::default(),
     };
     let state = State::new(sched, loaded, store);
     let (d, _changes) = Daemon::new(state, settings, MemoryUnits::default(), vec![]);

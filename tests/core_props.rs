@@ -913,6 +913,13 @@ impl Model {
         let first_start = started.keys().map(|j| pos[j]).min();
         self.promises
             .retain(|h, _| first_start.is_none_or(|f| pos.get(h).is_none_or(|p| *p < f)));
+        // A job ahead of a promised head that became eligible (its owner's
+        // running job ended) is the head now: the promise was for a queue
+        // that no longer is.
+        if let Some(new) = self.s.head().and_then(|h| pos.get(&h).copied()) {
+            self.promises
+                .retain(|h, _| pos.get(h).is_none_or(|p| *p <= new));
+        }
     }
 
     fn drain(&mut self) {

@@ -51,10 +51,70 @@ async fn env(mode: Mode) -> Env {
     }
 }
 
+/// A backend that found `e.devices` and polls them healthy, unused by
+/// outsiders, idle, with 1 GiB of 80 GiB in use.
+struct FakeGpus(Vec<xlurm::accel::DiscoveredDevice>);
+
+impl xlurm::accel::Backend for FakeGpus {
+    fn vendor(&self) -> xlurm::core::Vendor {
+        xlurm::core::Vendor::Nv
+    }
+    fn library(&self) -> &std::path::Path {
+        std::path::Path::new("fake")
+    }
+    fn api(&self) -> &'static str {
+        "fake"
+    }
+    fn discover(&self) -> Result<Vec<xlurm::accel::DiscoveredDevice>, xlurm::accel::AccelError> {
+        Ok(self.0.clone())
+    }
+    fn poll(
+        &self,
+        devices: &[xlurm::accel::DiscoveredDevice],
+    ) -> Result<Vec<xlurm::accel::DevicePoll>, xlurm::accel::QueryError> {
+        Ok(devices
+            .iter()
+            .map(|d| xlurm::accel::DevicePoll {
+                index: d.index,
+                uuid: Ok(d.uuid.clone()),
+                processes: Ok(vec![]),
+                condition: Ok(xlurm::accel::Condition::Healthy),
+                load: xlurm::core::Load {
+                    util_pct: Some(0),
+                    mem_used: Some(1 << 30),
+                    mem_total: Some(80 << 30),
+                },
+            })
+            .collect())
+    }
+}
+
+/// The backends for `devices` (none without devices).
+fn fake_accel(devices: &[xlurm::core::Device]) -> Vec<xlurm::accel::Active> {
+    if devices.is_empty() {
+        return vec![];
+    }
+    let found: Vec<xlurm::accel::DiscoveredDevice> = devices
+        .iter()
+        .map(|d| xlurm::accel::DiscoveredDevice {
+            vendor: d.vendor,
+            index: d.index,
+            uuid: d.uuid.clone(),
+            pci_bdf: None,
+            numa_node: d.numa_node,
+            device_nodes: vec![format!("/dev/nvidia{}", d.index).into()],
+        })
+        .collect();
+    vec![xlurm::accel::Active {
+        backend: std::sync::Arc::new(FakeGpus(found.clone())),
+        devices: found,
+    }]
+}
+
 async fn daemon(e: &Env) -> (Served, zbus::Connection) {
     let conn = e.bus.connect().await.unwrap();
     let cfg = ServeConfig {
-        accel: vec![],
+        accel: fake_accel(&e.devices),
         tee_path: env!("CARGO_BIN_EXE_xlurm").to_string(),
         object_linger: e.linger,
         machine: Machine::new(Topology::uniform(2, 2, 1 << 30), e.devices.clone()),
@@ -68,6 +128,11 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
         gate_exempt: Vec::new(),
+        // An idle GPU is flagged after a second here.
+        idle_gpu: xlurm::core::IdleRule {
+            below_pct: 5,
+            after_secs: Some(1),
+        },
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
@@ -1532,11 +1597,28 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         .unwrap();
     wait_state(&c, exited, "FAILED").await;
     wait_state(&c, killed, "FAILED").await;
-    // Running: all 4 CPUs. Pending behind it: an environment and an --output file.
+    // Running: all 4 CPUs and the GPU, which the polls (here: handed over
+    // by the test) find idle for long enough: IdleGPU and its figures.
+    // Pending behind it: an environment and an --output file.
     let mut s = spec(&["/bin/sleep", "60"]);
-    s.extend([entry("cpus", 4u32)]);
+    s.extend([entry("cpus", 4u32), entry("gpus", 1u32)]);
     let (running, _) = c.submit(s).await.unwrap();
     wait_state(&c, running, "RUNNING").await;
+    // The fake backend's polls find the GPU idle; the rule here flags it
+    // after a second.
+    let t0 = Instant::now();
+    while get_str(&c.get_job(running).await.unwrap(), "flag") != "IdleGPU" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "never flagged IdleGPU"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut seen_job = std::collections::BTreeSet::new();
+    seen_job.extend(keys(&cli_json(
+        &e,
+        &["queue", &running.to_string(), "--json"],
+    )));
     let dir = tempfile::tempdir().unwrap();
     let file = std::fs::File::create(dir.path().join("out")).unwrap();
     let mut s = spec(&["/bin/true"]);
@@ -1546,7 +1628,6 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         zbus::OwnedVariant::try_from(zbus::Variant::Fd(zbus::Fd::from(&file))).unwrap(),
     );
     let (pending, _) = c.submit(s).await.unwrap();
-    let mut seen_job = std::collections::BTreeSet::new();
     seen_job.extend(keys(&cli_json(
         &e,
         &["queue", &pending.to_string(), "--json"],
@@ -1601,6 +1682,12 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         .set_user_limits(r#"{"default": {"running_jobs": 100}}"#)
         .await
         .unwrap();
+    // The restarted daemon's first poll gives the device its load.
+    let t0 = Instant::now();
+    while cli_json(&e, &["info", "--json"])["devices"][0]["util_pct"].is_null() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no device load");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let info = cli_json(&e, &["info", "--json"]);
     let tables = documented_keys(&doc, "`xinfo --json`");
     assert_eq!(

@@ -45,6 +45,7 @@ async fn env() -> Env {
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
         gate_exempt: Vec::new(),
+        idle_gpu: Default::default(),
         state_dir: state.path().to_path_buf(),
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

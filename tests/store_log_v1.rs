@@ -58,6 +58,7 @@ fn ended(result: &str, exit_status: Option<i32>, signal: Option<i32>, detail: &s
         detail: detail.into(),
         cpu_nsec: Some(1_500_000_000),
         memory_peak: Some(300 << 20),
+        gpu: None,
     }
 }
 

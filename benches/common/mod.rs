@@ -28,6 +28,7 @@ pub fn config(state_dir: PathBuf) -> ServeConfig {
         user_limits: xlurm::core::UserLimits::default(),
         gate: false,
         gate_exempt: Vec::new(),
+        idle_gpu: Default::default(),
         state_dir,
         settings_user_mode: false,
         memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,

@@ -14,6 +14,10 @@
 //! int dcmiv2_get_device_die_id(int dev_id, enum dcmi_die_type input_type,
 //!                              struct dcmi_die_id *die_id);
 //! int dcmiv2_get_chip_phy_id_by_dev_id(unsigned int dev_id, unsigned int *phyid);
+//! /* optional (load): */
+//! int dcmiv2_get_device_utilization_rate(int dev_id, int input_type,
+//!                                        unsigned int *utilization_rate);
+//! int dcmiv2_get_device_hbm_info(int dev_id, struct dcmi_hbm_info *hbm_info);
 //! ```
 //!
 //! DCMI v1 functions used (the fallback):
@@ -31,12 +35,19 @@
 //! int dcmi_get_device_die_v2(int card_id, int device_id, enum dcmi_die_type input_type,
 //!                            struct dcmi_die_id *die_id);
 //! int dcmi_get_device_phyid_from_logicid(unsigned int logicid, unsigned int *phyid);
+//! /* optional (load): */
+//! int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
+//!                                      unsigned int *utilization_rate);
+//! int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *hbm_info);
 //! ```
 //!
 //! Structures: `dcmi_proc_mem_info { int proc_id; unsigned long proc_mem_usage; }`,
 //! `dcmi_pcie_info_all { unsigned venderid, subvenderid, deviceid, subdeviceid; int domain;
 //! unsigned bdf_busid, bdf_deviceid, bdf_funcid; unsigned char reserve[32]; }`,
-//! `dcmi_die_id { unsigned soc_die[5]; }`, `enum dcmi_die_type { NDIE, VDIE }`.
+//! `dcmi_die_id { unsigned soc_die[5]; }`, `enum dcmi_die_type { NDIE, VDIE }`,
+//! `dcmi_hbm_info { unsigned long long memory_size; unsigned int freq;
+//! unsigned long long memory_usage; int temp; unsigned int bandwith_util_rate; }`
+//! (sizes in MB, which the driver computes as KB / 1024, so MiB).
 //! Every call returns 0 on success or a negative DCMI error code; DCMI has no error
 //! string function, so messages carry the code.
 //!
@@ -44,15 +55,22 @@
 //! the chip's VDIE die id as five hex words (`XXXXXXXX-...`); health 0 is healthy,
 //! anything else unhealthy. Device nodes: `/dev/davinci<physical id>`,
 //! `/dev/davinci_manager`, `/dev/devmm_svm`, `/dev/hisi_hdc`.
+//!
+//! Load: the busy percent is the AI Core utilization (`input_type`
+//! `DCMI_UTILIZATION_RATE_AICORE` = 2); memory is the on-chip memory (HBM) from
+//! `*_get_device_hbm_info`, converted from MiB to bytes. Either function may be missing
+//! (older drivers) or fail (a chip without HBM, such as a DDR-only inference card, or a
+//! virtual machine): that part of the load is then `None`, and the device stays known.
+//! The load functions never decide between the v2 and v1 APIs.
 
 use super::loader::Lib;
 use super::nodes::{format_bdf, sysfs_numa_node};
-use super::nvml::{req, F};
+use super::nvml::{opt, req, F};
 use super::{
-    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, Load, QueryError,
 };
 use crate::core::Vendor;
-use std::ffi::{c_int, c_uint, c_ulong};
+use std::ffi::{c_int, c_uint, c_ulong, c_ulonglong};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -83,8 +101,23 @@ struct DieId {
     soc_die: [c_uint; 5],
 }
 
+/// `struct dcmi_hbm_info`: sizes in MiB.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct HbmInfo {
+    memory_size: c_ulonglong,
+    freq: c_uint,
+    memory_usage: c_ulonglong,
+    temp: c_int,
+    bandwith_util_rate: c_uint,
+}
+
 /// `enum dcmi_die_type` value VDIE.
 const VDIE: c_int = 1;
+/// `DCMI_UTILIZATION_RATE_AICORE`: the `input_type` of the AI Core busy percent.
+const UTILIZATION_AICORE: c_int = 2;
+/// DCMI's "MB" (the driver divides KB by 1024).
+const MIB: u64 = 1 << 20;
 /// Room for every process the driver may list (it writes at most 32 or 64).
 const MAX_PROCS: usize = 256;
 const MAX_DEVICES: usize = 1024;
@@ -98,6 +131,8 @@ struct V2 {
     pcie: F<unsafe extern "C" fn(c_int, *mut PcieInfoAll) -> c_int>,
     die: F<unsafe extern "C" fn(c_int, c_int, *mut DieId) -> c_int>,
     phy: F<unsafe extern "C" fn(c_uint, *mut c_uint) -> c_int>,
+    util: Option<F<unsafe extern "C" fn(c_int, c_int, *mut c_uint) -> c_int>>,
+    hbm: Option<F<unsafe extern "C" fn(c_int, *mut HbmInfo) -> c_int>>,
 }
 
 struct V1 {
@@ -110,6 +145,8 @@ struct V1 {
     pcie: F<unsafe extern "C" fn(c_int, c_int, *mut PcieInfoAll) -> c_int>,
     die: F<unsafe extern "C" fn(c_int, c_int, c_int, *mut DieId) -> c_int>,
     phy: F<unsafe extern "C" fn(c_uint, *mut c_uint) -> c_int>,
+    util: Option<F<unsafe extern "C" fn(c_int, c_int, c_int, *mut c_uint) -> c_int>>,
+    hbm: Option<F<unsafe extern "C" fn(c_int, c_int, *mut HbmInfo) -> c_int>>,
 }
 
 enum Api {
@@ -168,6 +205,8 @@ unsafe fn load_v2(lib: &Lib) -> Result<V2, AccelError> {
         pcie: req(lib, "dcmiv2_get_device_pcie_info")?,
         die: req(lib, "dcmiv2_get_device_die_id")?,
         phy: req(lib, "dcmiv2_get_chip_phy_id_by_dev_id")?,
+        util: opt(lib, "dcmiv2_get_device_utilization_rate"),
+        hbm: opt(lib, "dcmiv2_get_device_hbm_info"),
     })
 }
 
@@ -184,6 +223,8 @@ unsafe fn load_v1(lib: &Lib) -> Result<V1, AccelError> {
         pcie: req(lib, "dcmi_get_device_pcie_info_v2")?,
         die: req(lib, "dcmi_get_device_die_v2")?,
         phy: req(lib, "dcmi_get_device_phyid_from_logicid")?,
+        util: opt(lib, "dcmi_get_device_utilization_rate"),
+        hbm: opt(lib, "dcmi_get_device_hbm_info"),
     })
 }
 
@@ -397,6 +438,36 @@ impl Dcmi {
         Ok(phy)
     }
 
+    /// The chip's load; a part the library lacks or fails is left out.
+    fn load(&self, c: &Chip) -> Load {
+        let mut load = Load::default();
+        let mut rate: c_uint = 0;
+        // SAFETY: writes one unsigned int.
+        let code = match &self.api {
+            Api::V2(v) => v
+                .util
+                .map(|f| unsafe { (f.f)(c.logic, UTILIZATION_AICORE, &mut rate) }),
+            Api::V1(v) => v
+                .util
+                .map(|f| unsafe { (f.f)(c.card, c.chip, UTILIZATION_AICORE, &mut rate) }),
+        };
+        if code == Some(0) {
+            load.util_pct = Some(Load::pct(rate));
+        }
+        let mut hbm = HbmInfo::default();
+        // SAFETY: writes one dcmi_hbm_info.
+        let code = match &self.api {
+            Api::V2(v) => v.hbm.map(|f| unsafe { (f.f)(c.logic, &mut hbm) }),
+            Api::V1(v) => v.hbm.map(|f| unsafe { (f.f)(c.card, c.chip, &mut hbm) }),
+        };
+        if code == Some(0) && hbm.memory_size > 0 {
+            let total = hbm.memory_size.saturating_mul(MIB);
+            load.mem_total = Some(total);
+            load.mem_used = Some(hbm.memory_usage.saturating_mul(MIB).min(total));
+        }
+        load
+    }
+
     fn discover_one(&self, c: &Chip) -> Result<DiscoveredDevice, QueryError> {
         let index = u32::try_from(c.logic).map_err(|_| {
             QueryError::new("device list", format!("invalid logical id {}", c.logic))
@@ -471,7 +542,7 @@ impl Backend for Dcmi {
                         uuid: self.uuid(c),
                         processes: self.processes(c),
                         condition: self.condition(c),
-                        load: Default::default(),
+                        load: self.load(c),
                     },
                 },
             )

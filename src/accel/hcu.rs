@@ -17,6 +17,12 @@
 //! rsmi_status_t rsmi_status_string(rsmi_status_t status, const char **status_string);
 //! /* optional: */
 //! rsmi_status_t rsmi_topo_get_numa_node_number(uint32_t dv_ind, uint32_t *numa_node);
+//! /* optional (load; RSMI_MEM_TYPE_VRAM = 0 of the C enum rsmi_memory_type_t): */
+//! rsmi_status_t rsmi_dev_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent);
+//! rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
+//!                                         uint64_t *total);   /* bytes */
+//! rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
+//!                                         uint64_t *used);    /* bytes */
 //!
 //! typedef struct { uint32_t process_id; uint32_t pasid; uint64_t vram_usage;
 //!                  uint64_t sdma_usage; uint32_t cu_occupancy; } rsmi_process_info_t;
@@ -30,13 +36,16 @@
 //! other status unhealthy, and a tool that fails, times out or omits a device leaves
 //! that device unknown. Device nodes: `/dev/kfd`, `/dev/mkfd` and the device's
 //! `/dev/dri/renderD*` (from sysfs by PCI address).
+//!
+//! Load: the busy percent from `rsmi_dev_busy_percent_get`, memory the VRAM's total and
+//! used; a function the library lacks, or a query that fails, leaves that part `None`.
 
 use super::loader::{c_string, Lib};
 use super::nodes::{format_bdf, required_drm_nodes, sysfs_numa_node};
 use super::nvml::{opt, req, F};
 use super::HCU_HEALTH_TOOL_VAR;
 use super::{
-    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, Load, QueryError,
 };
 use crate::core::Vendor;
 use std::collections::BTreeMap;
@@ -51,6 +60,10 @@ type Status = c_uint;
 
 const INSUFFICIENT_SIZE: Status = 11;
 const NOT_FOUND: Status = 10;
+/// `RSMI_MEM_TYPE_VRAM` (`rsmi_memory_type_t`).
+const MEM_TYPE_VRAM: c_uint = 0;
+
+type MemoryFn = unsafe extern "C" fn(u32, c_uint, *mut u64) -> Status;
 
 /// Where `hy-smi` is looked for before `PATH`.
 const HEALTH_TOOL_CANDIDATES: [&str; 2] = ["/opt/dtk/.hyhal/bin/hy-smi", "/opt/hyhal/bin/hy-smi"];
@@ -75,6 +88,9 @@ struct Api {
     gpus: F<unsafe extern "C" fn(u32, *mut u32, *mut u32) -> Status>,
     status_string: F<unsafe extern "C" fn(Status, *mut *const c_char) -> Status>,
     numa: Option<F<unsafe extern "C" fn(u32, *mut u32) -> Status>>,
+    busy: Option<F<unsafe extern "C" fn(u32, *mut u32) -> Status>>,
+    memory_total: Option<F<MemoryFn>>,
+    memory_usage: Option<F<MemoryFn>>,
 }
 
 /// How to run the health tool.
@@ -228,6 +244,9 @@ impl Hcu {
                 gpus: req(&lib, "rsmi_compute_process_gpus_get")?,
                 status_string: req(&lib, "rsmi_status_string")?,
                 numa: opt(&lib, "rsmi_topo_get_numa_node_number"),
+                busy: opt(&lib, "rsmi_dev_busy_percent_get"),
+                memory_total: opt(&lib, "rsmi_dev_memory_total_get"),
+                memory_usage: opt(&lib, "rsmi_dev_memory_usage_get"),
             }
         };
         // SAFETY: flags 0 (default initialisation).
@@ -286,6 +305,31 @@ impl Hcu {
             ));
         }
         Ok(format!("{id:#x}"))
+    }
+
+    /// The device's load; a part the library lacks or fails is left out.
+    fn load(&self, index: u32) -> Load {
+        let mut load = Load::default();
+        if let Some(f) = &self.api.busy {
+            let mut pct = 0u32;
+            // SAFETY: writes one u32.
+            if unsafe { (f.f)(index, &mut pct) } == 0 {
+                load.util_pct = Some(Load::pct(pct));
+            }
+        }
+        let vram = |f: &Option<F<MemoryFn>>| {
+            let f = f.as_ref()?;
+            let mut bytes = 0u64;
+            // SAFETY: writes one u64.
+            (unsafe { (f.f)(index, MEM_TYPE_VRAM, &mut bytes) } == 0).then_some(bytes)
+        };
+        if let Some(total) = vram(&self.api.memory_total).filter(|&t| t > 0) {
+            if let Some(used) = vram(&self.api.memory_usage) {
+                load.mem_total = Some(total);
+                load.mem_used = Some(used.min(total));
+            }
+        }
+        load
     }
 
     /// Device index -> PIDs, for every device with compute processes.
@@ -467,7 +511,7 @@ impl Backend for Hcu {
                         )
                     }),
                 },
-                load: Default::default(),
+                load: self.load(d.index),
             })
             .collect())
     }

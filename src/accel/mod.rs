@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::core::Load;
 pub use env::{
     visibility_env, VisibilityError, CUDA_DEVICE_ORDER, NONE_VISIBLE, VISIBILITY_VARIABLES,
 };
@@ -129,27 +130,6 @@ pub struct DevicePoll {
     pub condition: Result<Condition, QueryError>,
     /// How hard the device works, where its library tells it.
     pub load: Load,
-}
-
-/// A device's load at one poll, where its library tells it (a part the
-/// library lacks, or a query that fails, is `None`: load never makes a
-/// device unknown).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Load {
-    /// The share of the last sample period the device was busy, percent
-    /// (NVML's GPU utilization, Ascend's AI Core rate...), 0 to 100.
-    pub util_pct: Option<u8>,
-    /// Device memory in use, bytes.
-    pub mem_used: Option<u64>,
-    /// Device memory in all, bytes.
-    pub mem_total: Option<u64>,
-}
-
-impl Load {
-    /// A percentage from a library, kept to 0..=100.
-    pub fn pct(v: u32) -> u8 {
-        v.min(100) as u8
-    }
 }
 
 /// One vendor's management library, loaded and initialised.

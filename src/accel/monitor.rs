@@ -11,7 +11,7 @@
 //! Verdicts that do not depend on the holder (unknown, unhealthy) apply at once. A
 //! device just given to a job is thus never "busy" because its job's process appears.
 
-use super::{assess_all, DevicePoll, DiscoveredDevice, Poller, QueryError};
+use super::{assess_all, DevicePoll, DiscoveredDevice, Load, Poller, QueryError};
 use crate::core::{Health, JobId};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -62,14 +62,15 @@ pub fn judge(
 /// One round: reads the holds from `state` (`holder_of`), polls (within `timeout`),
 /// finds the job of every process the poll reported (`job_of_pid`, before taking the
 /// lock again), then, under `state`'s lock, reads the holders again, [`judge`]s, and
-/// hands the verdicts to `apply` (`None`: keep the device's health).
+/// hands the verdicts to `apply` (`None`: keep the device's health) with each device's
+/// load (none when the poll failed as a whole).
 pub async fn round<S, R>(
     poller: &Poller,
     timeout: Duration,
     state: &tokio::sync::Mutex<S>,
     holder_of: impl Fn(&S, &DiscoveredDevice) -> Hold,
     job_of_pid: impl Fn(u32) -> Option<JobId>,
-    apply: impl FnOnce(&mut S, Vec<Option<Health>>) -> R,
+    apply: impl FnOnce(&mut S, Vec<Option<Health>>, Vec<Load>) -> R,
 ) -> R {
     let devices = poller.devices();
     let holders = |st: &S| -> Holders {
@@ -94,7 +95,18 @@ pub async fn round<S, R>(
     let verdicts = judge(devices, &poll, &before, &after, |pid| {
         jobs.get(&pid).copied().flatten()
     });
-    apply(&mut st, verdicts)
+    let loads = devices
+        .iter()
+        .map(|d| match &poll {
+            Ok(polls) => polls
+                .iter()
+                .find(|p| p.index == d.index)
+                .map(|p| p.load)
+                .unwrap_or_default(),
+            Err(_) => Load::default(),
+        })
+        .collect();
+    apply(&mut st, verdicts, loads)
 }
 
 #[cfg(test)]
@@ -131,9 +143,12 @@ mod tests {
             Ok(vec![DevicePoll {
                 index: 0,
                 uuid: Ok("GPU-0".into()),
+                load: Load {
+                    util_pct: Some(pids.len() as u8),
+                    ..Default::default()
+                },
                 processes: Ok(pids),
                 condition: Ok(Condition::Healthy),
-                load: Default::default(),
             }])
         }
     }
@@ -154,6 +169,8 @@ mod tests {
     struct Books {
         hold: Hold,
         health: Health,
+        /// Device 0's load in the last round.
+        load: Load,
     }
 
     impl Books {
@@ -188,10 +205,11 @@ mod tests {
             books,
             |b, _| b.hold,
             job_of,
-            |b, verdicts| {
+            |b, verdicts, loads| {
                 if let Some(Some(h)) = verdicts.into_iter().next() {
                     b.health = h;
                 }
+                b.load = loads[0];
             },
         );
         let meanwhile = async {
@@ -231,6 +249,8 @@ mod tests {
         one_round(&poller, &started, &go_tx, &books, |_| vec![100, 101]).await;
         assert_eq!(books.lock().await.health, Health::Ok);
         one_round(&poller, &started, &go_tx, &books, |_| vec![100, 9]).await;
+        // Every round hands on the device's load (here: the PIDs it reported).
+        assert_eq!(books.lock().await.load.util_pct, Some(2));
         assert_eq!(books.lock().await.health, Health::Busy { processes: 1 });
 
         // Job 7 ends during a poll that still sees its process: the device keeps its

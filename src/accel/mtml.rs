@@ -14,6 +14,14 @@
 //! const char *mtmlErrorString(MtmlReturn result);
 //! /* optional (MTML_DEVICE_PATH_BUFFER_SIZE = 64): */
 //! MtmlReturn mtmlDeviceGetGpuPath(const MtmlDevice *dev, char *path, unsigned int length);
+//! /* optional (load): the GPU and memory sub-objects of a device */
+//! MtmlReturn mtmlDeviceInitGpu(const MtmlDevice *dev, MtmlGpu **gpu);
+//! MtmlReturn mtmlDeviceFreeGpu(MtmlGpu *gpu);
+//! MtmlReturn mtmlGpuGetUtilization(const MtmlGpu *gpu, unsigned int *utilization);
+//! MtmlReturn mtmlDeviceInitMemory(const MtmlDevice *dev, MtmlMemory **mem);
+//! MtmlReturn mtmlDeviceFreeMemory(MtmlMemory *mem);
+//! MtmlReturn mtmlMemoryGetTotal(const MtmlMemory *mem, unsigned long long *total);
+//! MtmlReturn mtmlMemoryGetUsed(const MtmlMemory *mem, unsigned long long *used);
 //!
 //! typedef struct { char sbdf[32]; unsigned int segment, bus, device, pciDeviceId,
 //!                  pciSubsystemId, busWidth; float pciMaxSpeed, pciCurSpeed;
@@ -38,6 +46,11 @@
 //! (it must be an absolute `/dev/...` path), else `/dev/mtgpu.<index>`; either must
 //! exist (under `AccelConfig::dev_root`) or discovery fails naming it. Plus the device's
 //! own DRM nodes (`/dev/dri/renderD*` and `/dev/dri/card*`, from sysfs by PCI address).
+//!
+//! Load: the busy percent is the GPU sub-object's utilization (percent), memory the
+//! memory sub-object's total and used (bytes). Each sub-object is opened for the query
+//! and freed after it; it is used only when the library exports all three of its
+//! functions (init, free, query). A part the library lacks or fails is `None`.
 
 use super::loader::{buf_string, c_string, Lib};
 use super::nodes::{
@@ -45,16 +58,18 @@ use super::nodes::{
 };
 use super::nvml::{opt, req, F};
 use super::{
-    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, Load, QueryError,
 };
 use crate::core::Vendor;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 type R = c_int;
 type LibPtr = *mut c_void;
 type DevPtr = *mut c_void;
+type GpuPtr = *mut c_void;
+type MemPtr = *mut c_void;
 
 const UUID_BUFFER: usize = 48;
 /// `MTML_ERROR_NOT_SUPPORTED` (mtml.h).
@@ -91,6 +106,23 @@ struct Api {
     pci: F<unsafe extern "C" fn(DevPtr, *mut PciInfo) -> R>,
     gpu_path: Option<F<unsafe extern "C" fn(DevPtr, *mut c_char, c_uint) -> R>>,
     error_string: F<unsafe extern "C" fn(R) -> *const c_char>,
+    gpu: Option<GpuApi>,
+    memory: Option<MemoryApi>,
+}
+
+/// The GPU sub-object's functions (all exported, or not used).
+struct GpuApi {
+    init: F<unsafe extern "C" fn(DevPtr, *mut GpuPtr) -> R>,
+    free: F<unsafe extern "C" fn(GpuPtr) -> R>,
+    utilization: F<unsafe extern "C" fn(GpuPtr, *mut c_uint) -> R>,
+}
+
+/// The memory sub-object's functions (all exported, or not used).
+struct MemoryApi {
+    init: F<unsafe extern "C" fn(DevPtr, *mut MemPtr) -> R>,
+    free: F<unsafe extern "C" fn(MemPtr) -> R>,
+    total: F<unsafe extern "C" fn(MemPtr, *mut c_ulonglong) -> R>,
+    used: F<unsafe extern "C" fn(MemPtr, *mut c_ulonglong) -> R>,
 }
 
 pub(crate) struct Mtml {
@@ -132,6 +164,21 @@ impl Mtml {
                 pci: req(&lib, "mtmlDeviceGetPciInfo")?,
                 gpu_path: opt(&lib, "mtmlDeviceGetGpuPath"),
                 error_string: req(&lib, "mtmlErrorString")?,
+                gpu: (|| {
+                    Some(GpuApi {
+                        init: opt(&lib, "mtmlDeviceInitGpu")?,
+                        free: opt(&lib, "mtmlDeviceFreeGpu")?,
+                        utilization: opt(&lib, "mtmlGpuGetUtilization")?,
+                    })
+                })(),
+                memory: (|| {
+                    Some(MemoryApi {
+                        init: opt(&lib, "mtmlDeviceInitMemory")?,
+                        free: opt(&lib, "mtmlDeviceFreeMemory")?,
+                        total: opt(&lib, "mtmlMemoryGetTotal")?,
+                        used: opt(&lib, "mtmlMemoryGetUsed")?,
+                    })
+                })(),
             }
         };
         let mut handle: LibPtr = std::ptr::null_mut();
@@ -213,6 +260,44 @@ impl Mtml {
                 format!("invalid PCI address {sbdf:?}"),
             )
         })
+    }
+
+    /// The device's load; a part the library lacks or fails is left out.
+    fn load(&self, dev: &Opened) -> Load {
+        let mut load = Load::default();
+        if let Some(g) = &self.api.gpu {
+            let mut gpu: GpuPtr = std::ptr::null_mut();
+            // SAFETY: writes one MtmlGpu pointer.
+            if unsafe { (g.init.f)(dev.dev, &mut gpu) } == 0 && !gpu.is_null() {
+                let mut pct: c_uint = 0;
+                // SAFETY: writes one unsigned int; `gpu` is then freed once.
+                unsafe {
+                    if (g.utilization.f)(gpu, &mut pct) == 0 {
+                        load.util_pct = Some(Load::pct(pct));
+                    }
+                    (g.free.f)(gpu);
+                }
+            }
+        }
+        if let Some(m) = &self.api.memory {
+            let mut mem: MemPtr = std::ptr::null_mut();
+            // SAFETY: writes one MtmlMemory pointer.
+            if unsafe { (m.init.f)(dev.dev, &mut mem) } == 0 && !mem.is_null() {
+                let (mut total, mut used): (c_ulonglong, c_ulonglong) = (0, 0);
+                // SAFETY: each writes one unsigned long long; `mem` is then freed once.
+                unsafe {
+                    if (m.total.f)(mem, &mut total) == 0
+                        && (m.used.f)(mem, &mut used) == 0
+                        && total > 0
+                    {
+                        load.mem_total = Some(total);
+                        load.mem_used = Some(used.min(total));
+                    }
+                    (m.free.f)(mem);
+                }
+            }
+        }
+        load
     }
 
     /// The device's own node: what `mtmlDeviceGetGpuPath` says, else (not
@@ -315,9 +400,10 @@ impl Backend for Mtml {
         Ok(devices
             .iter()
             .map(|d| {
-                let uuid = self
-                    .open(lib, d.index)
-                    .and_then(|dev| self.uuid(&dev, d.index));
+                let (uuid, load) = match self.open(lib, d.index) {
+                    Err(e) => (Err(e), Load::default()),
+                    Ok(dev) => (self.uuid(&dev, d.index), self.load(&dev)),
+                };
                 let processes = processes_holding(&self.proc_root, &d.device_nodes).map_err(|e| {
                     QueryError::new(format!("open handles of mtt device {}", d.index), e)
                 });
@@ -326,7 +412,7 @@ impl Backend for Mtml {
                     uuid,
                     processes,
                     condition: Ok(Condition::Healthy),
-                    load: Default::default(),
+                    load,
                 }
             })
             .collect())

@@ -22,6 +22,14 @@
 //!                     mxSmlDeviceUnavailableReasonInfo_t *reasonInfo);
 //! /* optional: */
 //! const char     *mxSmlGetErrorString(mxSmlReturn_t result);
+//! /* optional (load), the extension API's first: */
+//! mxSmlExReturn_t mxSmlExDeviceGetUtilization(mxsmlExDevice_t deviceHandle,
+//!                                             mxsmlExUtilization_t *utilization);
+//! mxSmlExReturn_t mxSmlExDeviceGetMemoryInfo(mxsmlExDevice_t deviceHandle,
+//!                                            mxsmlExMemory_t *memory);
+//! mxSmlReturn_t   mxSmlGetDeviceIpUsage(unsigned int deviceId, mxSmlUsageIp_t ip,
+//!                                       int *usage);
+//! mxSmlReturn_t   mxSmlGetMemoryInfo(unsigned int deviceId, mxSmlMemoryInfo_t *memory);
 //!
 //! typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId,
 //!                  pciSubSystemId; char busId[32]; } mxSmlExPciInfo_t;
@@ -29,21 +37,34 @@
 //!                  unsigned long long usedGpuMemory; } mxsmlExProcessInfo_t;
 //! typedef struct { int unavailableCode; char unavailableReason[64]; }
 //!                  mxSmlDeviceUnavailableReasonInfo_t;
+//! typedef struct { unsigned int gpu, memory; } mxsmlExUtilization_t;      /* percent */
+//! typedef struct { unsigned long long free, total, used; } mxsmlExMemory_t;  /* bytes */
+//! typedef enum { MXSML_Usage_Dla, MXSML_Usage_Vpue, MXSML_Usage_Vpud,
+//!                MXSML_Usage_Xcore = 4 } mxSmlUsageIp_t;                 /* percent */
+//! typedef struct { long visVramTotal, visVramUse, vramTotal, vramUse, xttTotal,
+//!                  xttUse; } mxSmlMemoryInfo_t;                               /* KB */
 //! ```
 //!
 //! The base API's device id is assumed to equal the extension API's index. An
 //! unavailable code other than 0 makes the device unhealthy (with the reason); query
 //! errors, invalid answers and UUID changes make it unknown. Device nodes: `/dev/mxcd`
 //! and the device's own DRM nodes (`/dev/dri/renderD*`, `/dev/dri/card*`, from sysfs).
+//!
+//! Load: the busy percent is `mxSmlExDeviceGetUtilization`'s `gpu`, memory
+//! `mxSmlExDeviceGetMemoryInfo`'s `total` and `used` (bytes; note the field order, free
+//! first). Where the library lacks one of them, or it fails, the base API's answer is
+//! taken instead: `mxSmlGetDeviceIpUsage` of the compute cores (`MXSML_Usage_Xcore`, for
+//! C-class devices) and `mxSmlGetMemoryInfo`'s `vramTotal` and `vramUse` (KB, turned
+//! into bytes). A part neither gives is `None`.
 
 use super::loader::{buf_string, c_string, fill_list, Lib};
 use super::nodes::{normalize_bdf, required_drm_nodes, sysfs_numa_node};
 use super::nvml::{opt, req, F};
 use super::{
-    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, QueryError,
+    AccelConfig, AccelError, Backend, Condition, DevicePoll, DiscoveredDevice, Load, QueryError,
 };
 use crate::core::Vendor;
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulonglong, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -81,6 +102,38 @@ struct UnavailableReason {
     reason: [c_char; 64],
 }
 
+/// `mxsmlExUtilization_t`: percent.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ExUtilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// `mxsmlExMemory_t`: bytes (free first, unlike NVML's).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ExMemory {
+    free: c_ulonglong,
+    total: c_ulonglong,
+    used: c_ulonglong,
+}
+
+/// `mxSmlMemoryInfo_t`: KB.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MemoryInfo {
+    vis_vram_total: c_long,
+    vis_vram_use: c_long,
+    vram_total: c_long,
+    vram_use: c_long,
+    xtt_total: c_long,
+    xtt_use: c_long,
+}
+
+/// `MXSML_Usage_Xcore` (`mxSmlUsageIp_t`): the compute cores of a C-class device.
+const USAGE_XCORE: c_int = 4;
+
 struct Api {
     ex_init: F<unsafe extern "C" fn() -> Ret>,
     base_init: F<unsafe extern "C" fn() -> Ret>,
@@ -93,6 +146,10 @@ struct Api {
     procs: F<unsafe extern "C" fn(Dev, *mut c_uint, *mut ProcessInfo) -> Ret>,
     unavailable: F<unsafe extern "C" fn(c_uint, *mut UnavailableReason) -> Ret>,
     base_error_string: Option<F<unsafe extern "C" fn(Ret) -> *const c_char>>,
+    ex_utilization: Option<F<unsafe extern "C" fn(Dev, *mut ExUtilization) -> Ret>>,
+    ex_memory: Option<F<unsafe extern "C" fn(Dev, *mut ExMemory) -> Ret>>,
+    ip_usage: Option<F<unsafe extern "C" fn(c_uint, c_int, *mut c_int) -> Ret>>,
+    memory_info: Option<F<unsafe extern "C" fn(c_uint, *mut MemoryInfo) -> Ret>>,
 }
 
 pub(crate) struct Mxsml {
@@ -128,6 +185,10 @@ impl Mxsml {
                 procs: req(&lib, "mxSmlExDeviceGetComputeRunningProcesses")?,
                 unavailable: req(&lib, "mxSmlGetDeviceUnavailableReason")?,
                 base_error_string: opt(&lib, "mxSmlGetErrorString"),
+                ex_utilization: opt(&lib, "mxSmlExDeviceGetUtilization"),
+                ex_memory: opt(&lib, "mxSmlExDeviceGetMemoryInfo"),
+                ip_usage: opt(&lib, "mxSmlGetDeviceIpUsage"),
+                memory_info: opt(&lib, "mxSmlGetMemoryInfo"),
             }
         };
         // SAFETY: no arguments.
@@ -275,6 +336,53 @@ impl Mxsml {
         })
     }
 
+    /// The busy percent: the extension API's, else the base API's compute cores.
+    fn utilization(&self, dev: Option<Dev>, index: u32) -> Option<u8> {
+        if let (Some(f), Some(dev)) = (&self.api.ex_utilization, dev) {
+            let mut u = ExUtilization::default();
+            // SAFETY: writes one mxsmlExUtilization_t.
+            if unsafe { (f.f)(dev, &mut u) } == 0 {
+                return Some(Load::pct(u.gpu));
+            }
+        }
+        let f = self.api.ip_usage.as_ref()?;
+        let mut usage: c_int = 0;
+        // SAFETY: writes one int.
+        let status = unsafe { (f.f)(index, USAGE_XCORE, &mut usage) };
+        (status == 0 && usage >= 0).then(|| Load::pct(usage as u32))
+    }
+
+    /// Memory (used, total) in bytes: the extension API's, else the base API's VRAM.
+    fn memory(&self, dev: Option<Dev>, index: u32) -> Option<(u64, u64)> {
+        if let (Some(f), Some(dev)) = (&self.api.ex_memory, dev) {
+            let mut m = ExMemory::default();
+            // SAFETY: writes one mxsmlExMemory_t.
+            if unsafe { (f.f)(dev, &mut m) } == 0 && m.total > 0 {
+                return Some((m.used.min(m.total), m.total));
+            }
+        }
+        let f = self.api.memory_info.as_ref()?;
+        let mut m = MemoryInfo::default();
+        // SAFETY: writes one mxSmlMemoryInfo_t.
+        if unsafe { (f.f)(index, &mut m) } != 0 || m.vram_total <= 0 || m.vram_use < 0 {
+            return None;
+        }
+        let total = (m.vram_total as u64).saturating_mul(1024);
+        let used = (m.vram_use as u64).saturating_mul(1024);
+        Some((used.min(total), total))
+    }
+
+    /// The device's load (`dev`: its extension API handle, if that could be had); a
+    /// part neither API gives is left out.
+    fn load(&self, dev: Option<Dev>, index: u32) -> Load {
+        let memory = self.memory(dev, index);
+        Load {
+            util_pct: self.utilization(dev, index),
+            mem_used: memory.map(|(used, _)| used),
+            mem_total: memory.map(|(_, total)| total),
+        }
+    }
+
     fn discover_one(&self, index: u32) -> Result<DiscoveredDevice, AccelError> {
         let q = |e| AccelError::query(Vendor::Mx, e);
         let dev = self.handle(index).map_err(q)?;
@@ -324,16 +432,20 @@ impl Backend for Mxsml {
         Ok(devices
             .iter()
             .map(|d| {
-                let (uuid, processes) = match self.handle(d.index) {
-                    Err(e) => (Err(e.clone()), Err(e)),
-                    Ok(dev) => (self.uuid(dev, d.index), self.processes(dev, d.index)),
+                let (uuid, processes, load) = match self.handle(d.index) {
+                    Err(e) => (Err(e.clone()), Err(e), self.load(None, d.index)),
+                    Ok(dev) => (
+                        self.uuid(dev, d.index),
+                        self.processes(dev, d.index),
+                        self.load(Some(dev), d.index),
+                    ),
                 };
                 DevicePoll {
                     index: d.index,
                     uuid,
                     processes,
                     condition: self.condition(d.index),
-                    load: Default::default(),
+                    load,
                 }
             })
             .collect())

@@ -67,6 +67,18 @@ pub enum Command {
         #[arg(value_parser = ["on", "off"])]
         setting: Option<String>,
     },
+    /// Metrics of the machine, the queue and xlurmd, as Prometheus text (for
+    /// node_exporter's textfile collector: units/xlurm-metrics.timer writes
+    /// them every 15 s).
+    Metrics {
+        /// OpenMetrics 1.0 instead of the Prometheus text format 0.0.4.
+        #[arg(long)]
+        openmetrics: bool,
+        /// Write to FILE whole (a temporary file renamed over it) instead of
+        /// standard output.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Args, Clone, Default)]

@@ -44,5 +44,9 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Update(a) => update(a, user).await,
         Command::Limits { set } => limits(set.as_deref(), user).await,
         Command::Gate { setting } => gate(setting.as_deref(), user).await,
+        Command::Metrics {
+            openmetrics,
+            output,
+        } => super::metrics::metrics(openmetrics, output.as_deref(), user).await,
     }
 }

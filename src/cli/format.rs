@@ -31,6 +31,36 @@ pub(super) fn local_time(usec: u64, with_year: bool) -> String {
 }
 
 /// `HH:MM:SS`, or `D-HH:MM:SS` past a day.
+/// How well a job used what it held, in one line (`xqueue ID`, the end of
+/// `xrun`): CPU efficiency once it ended, its accelerators' mean and peak
+/// busy percent and memory peak where read. `None` when nothing is known.
+pub fn efficiency(job: &Dict) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(e) = get::<f64>(job, "cpu_efficiency") {
+        parts.push(format!(
+            "CPU {:.0}% of {} CPUs",
+            e * 100.0,
+            get::<u32>(job, "cpus").unwrap_or(0)
+        ));
+    }
+    if let Some(mean) = get::<f64>(job, "gpu_util_mean") {
+        parts.push(format!(
+            "accelerators {mean:.0}% busy on average (peak {}%)",
+            get::<u32>(job, "gpu_util_peak").unwrap_or(0)
+        ));
+    }
+    if let Some(peak) = get::<u64>(job, "gpu_mem_peak") {
+        parts.push(format!(
+            "device memory peak {}",
+            crate::core::request::format_bytes(peak)
+        ));
+    }
+    if let Some(flag) = get::<String>(job, "flag") {
+        parts.push(format!("{flag}: an accelerator stays idle"));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 pub fn duration(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     if d > 0 {
@@ -98,5 +128,26 @@ mod tests {
     fn durations() {
         assert_eq!(duration(3661), "01:01:01");
         assert_eq!(duration(90061), "1-01:01:01");
+    }
+
+    #[test]
+    fn efficiency_says_what_is_known_and_nothing_else() {
+        let put = |m: &mut Dict, k: &str, v: zbus::Variant<'_>| {
+            m.insert(k.into(), zbus::OwnedVariant::try_from(v).unwrap());
+        };
+        let mut m = Dict::new();
+        assert_eq!(efficiency(&m), None);
+        put(&mut m, "cpus", 4u32.into());
+        put(&mut m, "cpu_efficiency", 0.254f64.into());
+        assert_eq!(efficiency(&m).unwrap(), "CPU 25% of 4 CPUs");
+        put(&mut m, "gpu_util_mean", 47.6f64.into());
+        put(&mut m, "gpu_util_peak", 99u32.into());
+        put(&mut m, "gpu_mem_peak", (3u64 << 30).into());
+        put(&mut m, "flag", "IdleGPU".into());
+        assert_eq!(
+            efficiency(&m).unwrap(),
+            "CPU 25% of 4 CPUs, accelerators 48% busy on average (peak 99%), \
+             device memory peak 3G, IdleGPU: an accelerator stays idle"
+        );
     }
 }

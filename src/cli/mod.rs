@@ -11,6 +11,7 @@ pub mod follow;
 pub mod format;
 pub mod info;
 pub mod log;
+pub mod metrics;
 pub mod pty;
 pub mod pty_exec;
 pub mod queue;

@@ -100,7 +100,8 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
         let mem = format!("{}{}", format_bytes(j.mem), if j.spread { "+" } else { "" });
         let last = match &*j.state {
             "PENDING" => j.reason.to_string(),
-            "RUNNING" => String::new(),
+            // A flag (IdleGPU) when the daemon set one.
+            "RUNNING" => j.reason.to_string(),
             _ if j.exit_code >= 0 => j.exit_code.to_string(),
             _ => String::new(),
         };
@@ -336,6 +337,9 @@ fn job_text(job: &Dict) -> String {
     }
     if let Some(n) = get::<u64>(job, "memory_peak") {
         line("Memory peak", format_bytes(n));
+    }
+    if let Some(e) = crate::cli::format::efficiency(job) {
+        line("Efficiency", e);
     }
     let unit = get_str(job, "unit");
     line("Unit", unit.clone());

@@ -112,6 +112,16 @@ pub(super) async fn run(mut a: SubmitArgs, user: bool) -> Result<i32> {
                 } else {
                     say!("[{}] job {id}: {state} (exit {code})", stamp());
                 }
+                // Worth a line for a job with accelerators, or a long one.
+                let ran = get::<u64>(&job, "end_time")
+                    .unwrap_or(0)
+                    .saturating_sub(get::<u64>(&job, "start_time").unwrap_or(0));
+                let gpu = get::<f64>(&job, "gpu_util_mean").is_some();
+                if gpu || ran >= 60_000_000 {
+                    if let Some(e) = crate::cli::format::efficiency(&job) {
+                        say!("[{}] job {id}: efficiency: {e}", stamp());
+                    }
+                }
                 return Ok(code);
             }
         }

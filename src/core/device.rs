@@ -95,6 +95,27 @@ pub enum Health {
     Unhealthy { error: String },
 }
 
+/// A device's load at one poll, where its library tells it (a part the
+/// library lacks, or a query that fails, is `None`: load never makes a
+/// device unknown).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Load {
+    /// The share of the last sample period the device was busy, percent
+    /// (NVML's GPU utilization, Ascend's AI Core rate...), 0 to 100.
+    pub util_pct: Option<u8>,
+    /// Device memory in use, bytes.
+    pub mem_used: Option<u64>,
+    /// Device memory in all, bytes.
+    pub mem_total: Option<u64>,
+}
+
+impl Load {
+    /// A percentage from a library, kept to 0..=100.
+    pub fn pct(v: u32) -> u8 {
+        v.min(100) as u8
+    }
+}
+
 /// One accelerator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Device {
@@ -107,6 +128,9 @@ pub struct Device {
     pub health: Health,
     /// Excluded by the admin.
     pub disabled: bool,
+    /// Its load at the last poll.
+    #[serde(default)]
+    pub load: Load,
 }
 
 impl Device {
@@ -123,6 +147,7 @@ impl Device {
             numa_node,
             health: Health::Ok,
             disabled: false,
+            load: Load::default(),
         }
     }
 

@@ -319,6 +319,13 @@ impl Scheduler {
         }
     }
 
+    /// A device's load at the last poll (shown, never scheduled on).
+    pub fn set_load(&mut self, slot: usize, load: crate::core::Load) {
+        if let Some(d) = self.machine.devices.get_mut(slot) {
+            d.load = load;
+        }
+    }
+
     /// Disables or enables devices. All `ids` must exist or nothing changes.
     pub fn set_disabled(
         &mut self,

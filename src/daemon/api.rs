@@ -228,7 +228,10 @@ impl SchedulerApi {
             .full(id)
             .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
             .ok_or_else(|| no_such_job(id))?;
-        let reason = st.reason(id).map(|r| r.to_string());
+        let reason = st
+            .reason(id)
+            .map(|r| r.to_string())
+            .or_else(|| job.flag().map(str::to_string));
         if own && !job.state().is_final() {
             self.listen(&hdr, id);
         }
@@ -446,6 +449,13 @@ impl SchedulerApi {
                 };
                 put(&mut d, "health", health);
                 put(&mut d, "monitoring_error", err);
+                if let Some(u) = dev.load.util_pct {
+                    put(&mut d, "util_pct", u32::from(u));
+                }
+                if let (Some(used), Some(total)) = (dev.load.mem_used, dev.load.mem_total) {
+                    put(&mut d, "mem_used", used);
+                    put(&mut d, "mem_total", total);
+                }
                 put(
                     &mut d,
                     "job",
@@ -465,6 +475,9 @@ impl SchedulerApi {
             st.sched.limits().max_lifetime_secs,
         );
         put(&mut out, "min_job_mem", st.sched.limits().min_job_mem);
+        for (key, n) in self.daemon.counters.read() {
+            put(&mut out, key, n);
+        }
         let (pending, running) = st.counts();
         put(&mut out, "pending", pending as u32);
         put(&mut out, "running", running as u32);

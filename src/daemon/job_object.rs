@@ -101,6 +101,7 @@ impl JobObject {
         let st = self.daemon.state.lock().await;
         st.reason(self.id)
             .map(|r| r.to_string())
+            .or_else(|| st.jobs.get(&self.id)?.flag().map(str::to_string))
             .unwrap_or_default()
     }
     /// While queued: when it is estimated to start, microseconds since the
@@ -207,6 +208,44 @@ impl JobObject {
         self.with(|j| outcome(j, |o| o.memory_peak.unwrap_or(0)), 0)
             .await
     }
+    /// Its accelerators' mean busy percent over every poll while it ran
+    /// (so far, while it runs); -1 when none was read. Changes with each
+    /// poll without a signal: read it.
+    #[zbus(property(emits_changed_signal = "false"), name = "GPUUtilization")]
+    async fn gpu_utilization(&self) -> f64 {
+        self.with(gpu_mean, -1.0).await
+    }
+    /// Their highest busy percent read; 0 when none was.
+    #[zbus(property(emits_changed_signal = "false"), name = "GPUUtilizationPeak")]
+    async fn gpu_utilization_peak(&self) -> u32 {
+        self.with(|j| j.gpu_use().map_or(0, |g| u32::from(g.util_peak)), 0)
+            .await
+    }
+    /// The most device memory one of its accelerators had in use, bytes; 0
+    /// when none was read.
+    #[zbus(property(emits_changed_signal = "false"), name = "GPUMemoryPeak")]
+    async fn gpu_memory_peak(&self) -> u64 {
+        self.with(|j| j.gpu_use().and_then(|g| g.mem_peak).unwrap_or(0), 0)
+            .await
+    }
+    /// Once ended: its CPU time over its CPUs times how long it ran (0 to
+    /// 1); -1 when it cannot be told.
+    #[zbus(property, name = "CPUEfficiency")]
+    async fn cpu_efficiency(&self) -> f64 {
+        self.with(|j| j.cpu_efficiency().unwrap_or(-1.0), -1.0)
+            .await
+    }
+    /// While it runs: an accelerator of it stayed idle past the admin's rule
+    /// (xlurmd --idle-gpu-below, --idle-gpu-after); xqueue shows IdleGPU.
+    #[zbus(property, name = "IdleGPU")]
+    async fn idle_gpu(&self) -> bool {
+        self.with(|j| j.flag().is_some(), false).await
+    }
+}
+
+/// The `GPUUtilization` property.
+fn gpu_mean(j: &Job) -> f64 {
+    j.gpu_use().and_then(|g| g.util_mean()).unwrap_or(-1.0)
 }
 
 /// The `Allocated` property.
@@ -252,9 +291,38 @@ fn changed_properties(j: &Job) -> HashMap<&'static str, Variant<'static>> {
                 "MemoryPeak",
                 Variant::from(outcome(j, |o| o.memory_peak.unwrap_or(0))),
             ),
+            (
+                "CPUEfficiency",
+                Variant::from(j.cpu_efficiency().unwrap_or(-1.0)),
+            ),
+            ("IdleGPU", Variant::from(false)),
         ]);
     }
     p
+}
+
+/// Signals that job `id` now shows IdleGPU, or no longer does (and its
+/// Reason, which says so, is to be read again).
+pub async fn usage_changed(conn: &Connection, daemon: &Arc<Daemon>, id: JobId) {
+    let path = job_path(id);
+    let Ok(iface) = conn
+        .object_server()
+        .interface::<_, JobObject>(path.as_str())
+        .await
+    else {
+        return;
+    };
+    let idle = {
+        let st = daemon.state.lock().await;
+        st.jobs.get(&id).is_some_and(|j| j.flag().is_some())
+    };
+    let _ = zbus::fdo::Properties::properties_changed(
+        iface.signal_emitter(),
+        zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
+        HashMap::from([("IdleGPU", Variant::from(idle))]),
+        std::borrow::Cow::Borrowed(&["Reason"]),
+    )
+    .await;
 }
 
 /// Signals that job `id`'s unit invocation became known (it runs).

@@ -169,6 +169,12 @@ async fn read_journalctl(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     // manager's job is found by its unit and start time alone.
     if !user_mode {
         cmd.arg(format!("XLURM_JOB_ID={id}"));
+        // And xlurmd's notices to the job's owner (see `notice`).
+        cmd.args([
+            "+".to_string(),
+            format!("_SYSTEMD_UNIT={NOTICE_UNIT}"),
+            format!("XLURM_JOB_ID={id}"),
+        ]);
     }
     // Not _SYSTEMD_INVOCATION_ID: journald finds it through the writing
     // process's cgroup, so lines written just before the job exits often lack
@@ -219,6 +225,10 @@ fn read_native(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     let mut j = Journal::open()?;
     j.add_match(&format!("_SYSTEMD_UNIT={}", src.unit))?;
     j.add_match(&format!("XLURM_JOB_ID={}", src.id))?;
+    // And xlurmd's notices to the job's owner (see `notice`).
+    j.or()?;
+    j.add_match(&format!("_SYSTEMD_UNIT={NOTICE_UNIT}"))?;
+    j.add_match(&format!("XLURM_JOB_ID={}", src.id))?;
     if cursor.is_empty() {
         j.seek_realtime(src.start_usec.saturating_sub(1_000_000))?;
     } else {
@@ -232,6 +242,42 @@ fn read_native(src: &Source, cursor: &str, max: u32) -> Result<Page> {
         page.cursor = j.cursor()?;
     }
     Ok(page)
+}
+
+/// The unit whose entries with a job's `XLURM_JOB_ID` are notices to that
+/// job's owner: `_SYSTEMD_UNIT` is set by journald from the sender's cgroup,
+/// so only xlurmd writes them.
+pub const NOTICE_UNIT: &str = "xlurmd.service";
+
+/// journald's socket for structured entries (`sd_journal_send`'s).
+const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+
+/// The fields of a notice entry (journald's native protocol: `FIELD=value`
+/// lines; `message` is made one line).
+pub fn notice_fields(id: u64, kind: &str, message: &str) -> String {
+    let line: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    format!(
+        "MESSAGE=xlurm: {line}\nPRIORITY=4\nSYSLOG_IDENTIFIER=xlurmd\nXLURM_JOB_ID={id}\nXLURM_NOTICE={kind}\n"
+    )
+}
+
+/// Tells job `id`'s owner something through the job's own log (`xlurm log`
+/// shows it among the job's lines): an entry of xlurmd's with the job's
+/// `XLURM_JOB_ID`. A journal that cannot be reached is logged, not an error.
+pub fn notice(id: u64, kind: &str, message: &str) {
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot tell job {id}'s owner ({message}): {e}");
+            return;
+        }
+    };
+    if let Err(e) = sock.send_to(notice_fields(id, kind, message).as_bytes(), JOURNAL_SOCKET) {
+        tracing::warn!("cannot tell job {id}'s owner through the journal ({message}): {e}");
+    }
 }
 
 /// Asks journald to store everything sent to it so far and waits until it

@@ -206,7 +206,7 @@ fn lines<'a>(
                     job_line(job, reason, requested)
                 } else {
                     scratch = job.devices_requested();
-                    job_line(job, "", &scratch)
+                    job_line(job, job.flag().unwrap_or(""), &scratch)
                 }
             }
             Found::Brief(b) => brief_line(id, b),

@@ -44,6 +44,15 @@ pub struct Options {
         default_value = "nvidia-persistenced.service,nvidia-fabricmanager.service,nvidia-dcgm.service,dcgm.service"
     )]
     pub gate_exempt: String,
+    /// An allocated accelerator busy under this percentage is idle: one idle
+    /// for --idle-gpu-after makes its job show IdleGPU (xqueue), logs it once
+    /// for the admin and tells the owner in the job's log. Nothing is killed.
+    #[arg(long, default_value_t = 5)]
+    pub idle_gpu_below: u32,
+    /// How long an allocated accelerator must stay idle before its job shows
+    /// IdleGPU: seconds or 30s, 10m, 1h; off: never.
+    #[arg(long, default_value = "30m")]
+    pub idle_gpu_after: String,
     /// Per-user, per-group and default limits (JSON, see the admin guide); a
     /// missing file means none. `xlurm limits --set` changes them live and
     /// keeps them in the state directory, which then wins over this file.

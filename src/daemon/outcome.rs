@@ -135,6 +135,7 @@ pub fn classify(u: &UnitStatus, cancelled: bool, pty: bool) -> (JobState, Outcom
         detail: String::new(),
         cpu_nsec: u.cpu_nsec,
         memory_peak: u.memory_peak,
+        gpu: None,
     };
     // The kernel OOM kill can be reported as a plain SIGKILL (systemd PR #39342):
     // count it as OOM when the peak reached the limit.

@@ -152,6 +152,28 @@ pub async fn main(o: Options) -> i32 {
     }
 }
 
+/// `--idle-gpu-below` (percent, 0 to 100) and `--idle-gpu-after` (a
+/// duration, or `off`).
+fn idle_rule(o: &Options) -> Result<crate::core::IdleRule, Refusal> {
+    if o.idle_gpu_below > 100 {
+        return Err(Refusal(format!(
+            "--idle-gpu-below: {} is not a percentage (0 to 100)",
+            o.idle_gpu_below
+        )));
+    }
+    let after_secs = match o.idle_gpu_after.trim() {
+        "off" | "0" => None,
+        t => Some(
+            parse_duration_secs(t)
+                .map_err(|e| Refusal(format!("--idle-gpu-after: {e} (or give off)")))?,
+        ),
+    };
+    Ok(crate::core::IdleRule {
+        below_pct: o.idle_gpu_below as u8,
+        after_secs,
+    })
+}
+
 /// Puts the accelerator gate as kept in `state_dir` (else `default`), at
 /// start: its drop-ins are in /run, gone after a reboot. A failure is logged,
 /// not a refusal: jobs run either way.
@@ -188,6 +210,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         .ok_or_else(|| Refusal(format!("--gate: {:?}: give on or off", o.gate)))?;
     let gate_exempt = super::device_gate::parse_exempt(&o.gate_exempt)
         .map_err(|e| Refusal(format!("--gate-exempt: {e}")))?;
+    let idle_gpu = idle_rule(&o)?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
     let cancel_grace = cancel_grace(&o.cancel_grace)?;
@@ -287,6 +310,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
         user_limits,
         gate,
         gate_exempt,
+        idle_gpu,
         state_dir,
         settings_user_mode: o.user,
         memory_nodes: o
@@ -364,6 +388,8 @@ pub struct ServeConfig {
     pub gate: bool,
     /// `--gate-exempt`: the services let through the gate.
     pub gate_exempt: Vec<String>,
+    /// `--idle-gpu-below`, `--idle-gpu-after`.
+    pub idle_gpu: crate::core::IdleRule,
     pub state_dir: PathBuf,
     pub settings_user_mode: bool,
     /// `--memory-nodes`, resolved against systemd's version in `serve`.
@@ -478,6 +504,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         retention_secs: cfg.retention_secs,
         list_is_public: cfg.list_is_public,
         journalctl: cfg.journalctl.clone(),
+        idle: cfg.idle_gpu,
         object_linger: cfg.object_linger,
     };
     let state = State::new(sched, loaded, store);
@@ -562,6 +589,12 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                         }
                         continue;
                     }
+                    Change::Usage => {
+                        if publish {
+                            super::job_object::usage_changed(&conn, &d, id).await;
+                        }
+                        continue;
+                    }
                 };
                 super::job_object::on_change(&conn, &d, id, state, publish).await;
                 let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) else {
@@ -627,11 +660,13 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
 /// Polls one backend forever, applying health changes and logging each change once.
 /// Each [`crate::accel::round`] judges the poll against the holds read again after it,
 /// under the state lock, so a device given to a job during the poll (even one that
-/// ended by then) is never marked busy because that job's process appears.
+/// ended by then) is never marked busy because that job's process appears. Each
+/// device's load is kept (xinfo, metrics) and goes to the job holding it
+/// (`core::efficiency`): a job whose accelerator stays idle is flagged IdleGPU.
 async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
     let procs = crate::accel::ProcCgroups::new("/proc");
     loop {
-        let freed = crate::accel::round(
+        let (freed, idle) = crate::accel::round(
             &poller,
             Duration::from_secs(5),
             &d.state,
@@ -643,13 +678,21 @@ async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
                 None => crate::accel::Hold::default(),
             },
             |pid| procs.job_of(pid),
-            |st, verdicts| {
+            |st, verdicts, loads| {
                 let mut freed = false;
-                for (dev, verdict) in poller.devices().iter().zip(verdicts) {
-                    let Some(health) = verdict else { continue };
+                let mut idle = Vec::new();
+                let now = crate::wire::time::now_usec() / 1_000_000;
+                for ((dev, verdict), load) in poller.devices().iter().zip(verdicts).zip(loads) {
                     let Some(slot) = st.sched.machine().slot(dev.vendor, dev.index) else {
                         continue;
                     };
+                    st.sched.set_load(slot, load);
+                    if let Some((id, owner, change)) =
+                        st.observe_load(slot, dev.vendor, dev.index, &load, now, d.settings.idle)
+                    {
+                        idle.push((id, owner, format!("{}:{}", dev.vendor, dev.index), change));
+                    }
+                    let Some(health) = verdict else { continue };
                     let old = st.sched.machine().devices[slot].health.clone();
                     if old != health {
                         tracing::info!(
@@ -663,12 +706,25 @@ async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
                         st.sched.set_health(slot, health);
                     }
                 }
-                freed
+                (freed, idle)
             },
         )
         .await;
         if freed {
             d.kick.notify_one();
+        }
+        for (id, owner, dev, change) in idle {
+            if let crate::core::IdleChange::First { idle_secs, .. } = change {
+                let text = format!(
+                    "{dev} of job {id} has been idle (under {}% busy) for {} min: \
+                     release it if the job does not need it (IdleGPU)",
+                    d.settings.idle.below_pct,
+                    idle_secs / 60
+                );
+                tracing::warn!(job = id, "job {id} of {owner}: {text}");
+                super::journal::notice(id, "idle-gpu", &text);
+            }
+            let _ = d.changes.send((id, super::service::Change::Usage));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }

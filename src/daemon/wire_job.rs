@@ -59,6 +59,21 @@ pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {
         let uuids: Vec<String> = a.devices.iter().map(|d| d.uuid.clone()).collect();
         put(&mut m, "device_uuids", uuids);
     }
+    if let Some(g) = job.gpu_use() {
+        if let Some(mean) = g.util_mean() {
+            put(&mut m, "gpu_util_mean", mean);
+            put(&mut m, "gpu_util_peak", u32::from(g.util_peak));
+        }
+        if let Some(peak) = g.mem_peak {
+            put(&mut m, "gpu_mem_peak", peak);
+        }
+    }
+    if let Some(flag) = job.flag() {
+        put(&mut m, "flag", flag);
+    }
+    if let Some(e) = job.cpu_efficiency() {
+        put(&mut m, "cpu_efficiency", e);
+    }
     put(&mut m, "unit", job.unit());
     put(&mut m, "invocation_id", job.invocation_id().to_string());
     if let Some(o) = job.outcome() {

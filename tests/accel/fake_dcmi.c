@@ -9,6 +9,12 @@
  * Logical ids are the devices' positions in the state file; the physical id (the N of
  * /dev/davinciN) is minor=; v1 cards and chips are card= and chip=; the UUID is the VDIE
  * die id, written in the state file as up to five '-'-separated hex words.
+ *
+ * Load (both APIs, each function droppable with -DOMIT_<sym>):
+ *   dcmiv2_get_device_utilization_rate / dcmi_get_device_utilization_rate report util=
+ *     for input_type 2 (AI Core) only (any other type: -8001), failing with fail=util:CODE;
+ *   dcmiv2_get_device_hbm_info / dcmi_get_device_hbm_info report mem_total= and mem_used=
+ *     in MB (bytes / 2^20, rounded down), as the driver does, failing with fail=mem:CODE.
  */
 #include "fake_state.h"
 
@@ -32,6 +38,16 @@ struct dcmi_pcie_info_all {
 struct dcmi_die_id {
     unsigned int soc_die[5];
 };
+
+struct dcmi_hbm_info {
+    unsigned long long memory_size; /* MB */
+    unsigned int freq;
+    unsigned long long memory_usage; /* MB */
+    int temp;
+    unsigned int bandwith_util_rate;
+};
+
+#define DCMI_UTILIZATION_RATE_AICORE 2
 
 #define DCMI_ERR_INVALID_DEVICE_ID (-8007)
 
@@ -93,6 +109,25 @@ FAKE_UNUSED static int fill_pcie(struct fake_device *d, struct dcmi_pcie_info_al
 FAKE_UNUSED static int fill_die(struct fake_device *d, struct dcmi_die_id *die)
 {
     fake_die_words(d->uuid, die->soc_die);
+    return 0;
+}
+
+FAKE_UNUSED static int fill_util(struct fake_device *d, int input_type, unsigned int *rate)
+{
+    if (input_type != DCMI_UTILIZATION_RATE_AICORE)
+        return -8001;
+    *rate = d->util;
+    return 0;
+}
+
+FAKE_UNUSED static int fill_hbm(struct fake_device *d, struct dcmi_hbm_info *hbm)
+{
+    memset(hbm, 0, sizeof *hbm);
+    hbm->memory_size = d->mem_total >> 20;
+    hbm->freq = 1600;
+    hbm->memory_usage = d->mem_used >> 20;
+    hbm->temp = 45;
+    hbm->bandwith_util_rate = 7;
     return 0;
 }
 
@@ -179,6 +214,28 @@ int dcmiv2_get_chip_phy_id_by_dev_id(unsigned int dev_id, unsigned int *phyid)
         return code;
     *phyid = (unsigned)d->minor;
     return 0;
+}
+#endif
+
+#ifndef OMIT_dcmiv2_get_device_utilization_rate
+int dcmiv2_get_device_utilization_rate(int dev_id, int input_type, unsigned int *utilization_rate)
+{
+    int code;
+    struct fake_device *d = logical(dev_id, "util", &code);
+    if (!d)
+        return code;
+    return fill_util(d, input_type, utilization_rate);
+}
+#endif
+
+#ifndef OMIT_dcmiv2_get_device_hbm_info
+int dcmiv2_get_device_hbm_info(int dev_id, struct dcmi_hbm_info *hbm_info)
+{
+    int code;
+    struct fake_device *d = logical(dev_id, "mem", &code);
+    if (!d)
+        return code;
+    return fill_hbm(d, hbm_info);
 }
 #endif
 
@@ -300,6 +357,29 @@ int dcmi_get_device_phyid_from_logicid(unsigned int logicid, unsigned int *phyid
         return code;
     *phyid = (unsigned)d->minor;
     return 0;
+}
+#endif
+
+#ifndef OMIT_dcmi_get_device_utilization_rate
+int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type,
+                                     unsigned int *utilization_rate)
+{
+    int code;
+    struct fake_device *d = card_chip(card_id, device_id, "util", &code);
+    if (!d)
+        return code;
+    return fill_util(d, input_type, utilization_rate);
+}
+#endif
+
+#ifndef OMIT_dcmi_get_device_hbm_info
+int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *hbm_info)
+{
+    int code;
+    struct fake_device *d = card_chip(card_id, device_id, "mem", &code);
+    if (!d)
+        return code;
+    return fill_hbm(d, hbm_info);
 }
 #endif
 

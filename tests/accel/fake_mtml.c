@@ -5,6 +5,14 @@
  * a fake /proc tree); procs= is ignored here. mtmlDeviceGetGpuPath reports node=
  * (failing with fail=path:CODE).
  *
+ * Load: mtmlDeviceInitGpu / mtmlDeviceFreeGpu and mtmlGpuGetUtilization (util=, percent,
+ * failing with fail=util:CODE); mtmlDeviceInitMemory / mtmlDeviceFreeMemory and
+ * mtmlMemoryGetTotal / mtmlMemoryGetUsed (mem_total= and mem_used=, bytes, both failing
+ * with fail=mem:CODE); fail=gpu:CODE and fail=memory:CODE make the two init functions
+ * fail instead. A GPU or memory object is one per device and must be freed before
+ * it is initialised again (else MTML_ERROR_RESOURCE_IS_BUSY, 12: a leak shows up at the
+ * next poll); the getters refuse an object that is not initialised, or of the other kind.
+ *
  * Drop a function with -DOMIT_<symbol>, e.g. -DOMIT_mtmlDeviceGetUUID.
  */
 #include "fake_state.h"
@@ -12,6 +20,8 @@
 typedef int MtmlReturn;
 typedef struct MtmlLibrary MtmlLibrary;
 typedef int MtmlDevice;
+typedef int MtmlGpu;
+typedef int MtmlMemory;
 
 typedef struct {
     char sbdf[32];
@@ -32,6 +42,9 @@ typedef struct {
 
 static int library_token;
 static MtmlDevice handles[FAKE_MAX_DEVICES];
+/* Nonzero while initialised and not yet freed. */
+FAKE_UNUSED static MtmlGpu gpus[FAKE_MAX_DEVICES];
+FAKE_UNUSED static MtmlMemory memories[FAKE_MAX_DEVICES];
 
 FAKE_UNUSED static MtmlReturn lookup(const MtmlDevice *h, const char *what, struct fake_device **out)
 {
@@ -153,6 +166,111 @@ MtmlReturn mtmlDeviceGetGpuPath(const MtmlDevice *dev, char *path, unsigned int 
 }
 #endif
 
+/* The device index of a live sub-object in `objects`, or -1. */
+FAKE_UNUSED static long live(const int *obj, const int *objects)
+{
+    if (obj < objects || obj >= objects + FAKE_MAX_DEVICES || !*obj)
+        return -1;
+    return obj - objects;
+}
+
+#ifndef OMIT_mtmlDeviceInitGpu
+MtmlReturn mtmlDeviceInitGpu(const MtmlDevice *dev, MtmlGpu **gpu)
+{
+    struct fake_device *d;
+    MtmlReturn r = lookup(dev, "gpu", &d);
+    if (r)
+        return r;
+    long i = dev - handles;
+    if (gpus[i])
+        return 12;
+    gpus[i] = 1;
+    *gpu = &gpus[i];
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mtmlDeviceFreeGpu
+MtmlReturn mtmlDeviceFreeGpu(MtmlGpu *gpu)
+{
+    long i = live(gpu, gpus);
+    if (i < 0)
+        return 3;
+    gpus[i] = 0;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mtmlGpuGetUtilization
+MtmlReturn mtmlGpuGetUtilization(const MtmlGpu *gpu, unsigned int *utilization)
+{
+    long i = live(gpu, gpus);
+    if (i < 0)
+        return 3;
+    struct fake_device *d;
+    MtmlReturn r = lookup(&handles[i], "util", &d);
+    if (r)
+        return r;
+    *utilization = d->util;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mtmlDeviceInitMemory
+MtmlReturn mtmlDeviceInitMemory(const MtmlDevice *dev, MtmlMemory **mem)
+{
+    struct fake_device *d;
+    MtmlReturn r = lookup(dev, "memory", &d);
+    if (r)
+        return r;
+    long i = dev - handles;
+    if (memories[i])
+        return 12;
+    memories[i] = 1;
+    *mem = &memories[i];
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mtmlDeviceFreeMemory
+MtmlReturn mtmlDeviceFreeMemory(MtmlMemory *mem)
+{
+    long i = live(mem, memories);
+    if (i < 0)
+        return 3;
+    memories[i] = 0;
+    return 0;
+}
+#endif
+
+FAKE_UNUSED static MtmlReturn memory_value(const MtmlMemory *mem, int used,
+                                           unsigned long long *out)
+{
+    long i = live(mem, memories);
+    if (i < 0)
+        return 3;
+    struct fake_device *d;
+    MtmlReturn r = lookup(&handles[i], "mem", &d);
+    if (r)
+        return r;
+    *out = used ? d->mem_used : d->mem_total;
+    return 0;
+}
+
+#ifndef OMIT_mtmlMemoryGetTotal
+MtmlReturn mtmlMemoryGetTotal(const MtmlMemory *mem, unsigned long long *total)
+{
+    return memory_value(mem, 0, total);
+}
+#endif
+
+#ifndef OMIT_mtmlMemoryGetUsed
+MtmlReturn mtmlMemoryGetUsed(const MtmlMemory *mem, unsigned long long *used)
+{
+    return memory_value(mem, 1, used);
+}
+#endif
+
 #ifndef OMIT_mtmlErrorString
 const char *mtmlErrorString(MtmlReturn result)
 {
@@ -163,6 +281,7 @@ const char *mtmlErrorString(MtmlReturn result)
     case 3: return "MTML_ERROR_INVALID_ARGUMENT";
     case 4: return "MTML_ERROR_NOT_SUPPORTED";
     case 7: return "MTML_ERROR_NOT_FOUND";
+    case 12: return "MTML_ERROR_RESOURCE_IS_BUSY";
     default: return "MTML_ERROR_UNKNOWN";
     }
 }

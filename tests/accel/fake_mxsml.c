@@ -3,6 +3,13 @@
  * API's mxSmlInit and mxSmlGetDeviceUnavailableReason; see fake_state.h for the state
  * file. health=N becomes the unavailable code, reason= its text.
  *
+ * Load, from both APIs (all four fail with fail=util:CODE or fail=mem:CODE):
+ *   mxSmlExDeviceGetUtilization   gpu = util=, memory = util / 2 (percent)
+ *   mxSmlExDeviceGetMemoryInfo    free, total, used from mem_total= and mem_used= (bytes)
+ *   mxSmlGetDeviceIpUsage         util= for MXSML_Usage_Xcore (4) only, else 1 (failure)
+ *   mxSmlGetMemoryInfo            vramTotal, vramUse from mem_total=, mem_used= in KB
+ *                                 (bytes / 1024, rounded down); the other domains fixed
+ *
  * Drop a function with -DOMIT_<symbol>, e.g. -DOMIT_mxSmlGetDeviceUnavailableReason.
  */
 #include "fake_state.h"
@@ -32,6 +39,28 @@ typedef struct {
     int unavailableCode;
     char unavailableReason[64];
 } unavailable_reason_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} ex_utilization_t;
+
+typedef struct {
+    unsigned long long free;
+    unsigned long long total;
+    unsigned long long used;
+} ex_memory_t;
+
+typedef struct {
+    long visVramTotal;
+    long visVramUse;
+    long vramTotal;
+    long vramUse;
+    long xttTotal;
+    long xttUse;
+} memory_info_t;
+
+#define MXSML_USAGE_XCORE 4
 
 static int handles[FAKE_MAX_DEVICES];
 
@@ -188,6 +217,81 @@ base_ret_t mxSmlGetDeviceUnavailableReason(unsigned int device_id, unavailable_r
     memset(info, 0, sizeof *info);
     info->unavailableCode = d->health;
     snprintf(info->unavailableReason, sizeof info->unavailableReason, "%s", d->reason);
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mxSmlExDeviceGetUtilization
+ex_ret_t mxSmlExDeviceGetUtilization(ex_device_t h, ex_utilization_t *utilization)
+{
+    struct fake_device *d;
+    ex_ret_t r = lookup(h, "util", &d);
+    if (r)
+        return r;
+    utilization->gpu = d->util;
+    utilization->memory = d->util / 2;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mxSmlExDeviceGetMemoryInfo
+ex_ret_t mxSmlExDeviceGetMemoryInfo(ex_device_t h, ex_memory_t *memory)
+{
+    struct fake_device *d;
+    ex_ret_t r = lookup(h, "mem", &d);
+    if (r)
+        return r;
+    memory->free = d->mem_total - d->mem_used;
+    memory->total = d->mem_total;
+    memory->used = d->mem_used;
+    return 0;
+}
+#endif
+
+/* The base API's device, or NULL with the code to return. */
+FAKE_UNUSED static struct fake_device *base_device(unsigned int device_id, const char *what,
+                                                   base_ret_t *code)
+{
+    if (fake_load() != 0) {
+        *code = 1;
+        return NULL;
+    }
+    struct fake_device *d = fake_device(device_id);
+    if (!d) {
+        *code = 6;
+        return NULL;
+    }
+    *code = (base_ret_t)fake_fail(d, what);
+    return *code ? NULL : d;
+}
+
+#ifndef OMIT_mxSmlGetDeviceIpUsage
+base_ret_t mxSmlGetDeviceIpUsage(unsigned int device_id, int ip, int *usage)
+{
+    base_ret_t code;
+    struct fake_device *d = base_device(device_id, "util", &code);
+    if (!d)
+        return code;
+    if (ip != MXSML_USAGE_XCORE)
+        return 1;
+    *usage = (int)d->util;
+    return 0;
+}
+#endif
+
+#ifndef OMIT_mxSmlGetMemoryInfo
+base_ret_t mxSmlGetMemoryInfo(unsigned int device_id, memory_info_t *memory)
+{
+    base_ret_t code;
+    struct fake_device *d = base_device(device_id, "mem", &code);
+    if (!d)
+        return code;
+    memory->visVramTotal = 256 * 1024;
+    memory->visVramUse = 1024;
+    memory->vramTotal = (long)(d->mem_total / 1024);
+    memory->vramUse = (long)(d->mem_used / 1024);
+    memory->xttTotal = 64L * 1024 * 1024;
+    memory->xttUse = 3;
     return 0;
 }
 #endif

@@ -7,6 +7,11 @@
  * A "procs" failure on any device fails the machine-wide process listing; a "gpus"
  * failure fails rsmi_compute_process_gpus_get for the processes of that device.
  *
+ * Load: rsmi_dev_busy_percent_get reports util= (percent, failing with fail=util:CODE);
+ * rsmi_dev_memory_total_get and rsmi_dev_memory_usage_get report mem_total= and
+ * mem_used= (bytes) for RSMI_MEM_TYPE_VRAM (0) only, any other type being
+ * RSMI_STATUS_INVALID_ARGS, both failing with fail=mem:CODE.
+ *
  * Drop a function with -DOMIT_<symbol>, e.g. -DOMIT_rsmi_dev_unique_id_get.
  */
 #include <stdint.h>
@@ -108,6 +113,53 @@ rsmi_status_t rsmi_topo_get_numa_node_number(uint32_t dv_ind, uint32_t *numa_nod
         return RSMI_STATUS_NOT_SUPPORTED;
     *numa_node = (uint32_t)d->numa;
     return 0;
+}
+#endif
+
+typedef enum {
+    RSMI_MEM_TYPE_VRAM = 0,
+    RSMI_MEM_TYPE_VIS_VRAM,
+    RSMI_MEM_TYPE_GTT,
+} rsmi_memory_type_t;
+
+#ifndef OMIT_rsmi_dev_busy_percent_get
+rsmi_status_t rsmi_dev_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent)
+{
+    rsmi_status_t code;
+    struct fake_device *d = device_for(dv_ind, "util", &code);
+    if (!d)
+        return code;
+    *busy_percent = d->util;
+    return 0;
+}
+#endif
+
+FAKE_UNUSED static rsmi_status_t vram(uint32_t dv_ind, rsmi_memory_type_t mem_type, int used,
+                                      uint64_t *out)
+{
+    rsmi_status_t code;
+    struct fake_device *d = device_for(dv_ind, "mem", &code);
+    if (!d)
+        return code;
+    if (mem_type != RSMI_MEM_TYPE_VRAM)
+        return RSMI_STATUS_INVALID_ARGS;
+    *out = used ? d->mem_used : d->mem_total;
+    return 0;
+}
+
+#ifndef OMIT_rsmi_dev_memory_total_get
+rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
+                                        uint64_t *total)
+{
+    return vram(dv_ind, mem_type, 0, total);
+}
+#endif
+
+#ifndef OMIT_rsmi_dev_memory_usage_get
+rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
+                                        uint64_t *used)
+{
+    return vram(dv_ind, mem_type, 1, used);
 }
 #endif
 

@@ -83,6 +83,10 @@ pub struct Outcome {
     pub detail: String,
     pub cpu_nsec: Option<u64>,
     pub memory_peak: Option<u64>,
+    /// What its accelerators did (see `core::efficiency`); boxed, as most
+    /// jobs have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Box<crate::core::GpuUse>>,
 }
 
 /// What runs: a command line, or a batch script snapshot run under bash.
@@ -342,6 +346,38 @@ impl Job {
     }
 
     /// How it ended.
+    /// What its accelerators did so far (running) or in all (ended).
+    pub fn gpu_use(&self) -> Option<&crate::core::GpuUse> {
+        match &self.stage {
+            Stage::Running(r) => (!r.gpu.is_empty()).then_some(&r.gpu),
+            Stage::Ended(e) => e.outcome.gpu.as_deref(),
+            Stage::Pending(_) => None,
+        }
+    }
+
+    /// A running job's flag for the REASON column: `IdleGPU` while an
+    /// accelerator of it stays idle past the rule.
+    pub fn flag(&self) -> Option<&'static str> {
+        match &self.stage {
+            Stage::Running(r) if r.gpu.idle => Some("IdleGPU"),
+            _ => None,
+        }
+    }
+
+    /// An ended job's CPU efficiency: CPU time over its CPUs times how long
+    /// it ran (see `core::cpu_efficiency`).
+    pub fn cpu_efficiency(&self) -> Option<f64> {
+        let Stage::Ended(e) = &self.stage else {
+            return None;
+        };
+        let cpus = e.alloc.as_ref()?.cpus.len();
+        let elapsed = e
+            .end_usec
+            .checked_sub(e.start_usec)
+            .filter(|_| e.start_usec > 0)?;
+        crate::core::cpu_efficiency(e.outcome.cpu_nsec, cpus, elapsed)
+    }
+
     pub fn outcome(&self) -> Option<&Outcome> {
         match &self.stage {
             Stage::Ended(e) => Some(&e.outcome),

@@ -125,6 +125,9 @@ pub struct Run {
     /// Never stored: how often its owner changed its time limit while it
     /// runs (each change reloads systemd's manager; see `service::update`).
     pub limit_changes: u8,
+    /// Never stored while it runs (kept with its end): what its
+    /// accelerators did, from the device polls.
+    pub gpu: crate::core::GpuUse,
 }
 
 /// Between "persisted RUNNING" and systemd's answer to StartTransientUnit a
@@ -209,6 +212,7 @@ impl Run {
             reading: Reading::Idle,
             memory_peak: None,
             limit_changes: 0,
+            gpu: Default::default(),
         }
     }
 
@@ -282,7 +286,12 @@ impl Job {
                 end_usec: now,
                 alloc: Some(r.alloc.clone()),
                 invocation_id: r.invocation_id.clone(),
-                outcome,
+                outcome: Outcome {
+                    gpu: outcome
+                        .gpu
+                        .or_else(|| (!r.gpu.is_empty()).then(|| Box::new(r.gpu.clone()))),
+                    ..outcome
+                },
                 cancel_requested_by: r.cancel_requested_by,
                 relaunches: r.relaunches,
             },
@@ -498,6 +507,21 @@ impl Job {
             return false;
         };
         std::mem::take(&mut r.reading) == Reading::BusyAgain
+    }
+
+    /// One poll's load of its device `slot` (a running job's), at `now`
+    /// (seconds): whether its idleness changed.
+    pub fn observe_load(
+        &mut self,
+        slot: usize,
+        load: &crate::core::Load,
+        now: u64,
+        rule: crate::core::IdleRule,
+    ) -> crate::core::IdleChange {
+        match &mut self.stage {
+            Stage::Running(r) => r.gpu.observe(slot, load, now, rule),
+            _ => crate::core::IdleChange::None,
+        }
     }
 
     /// Its memory peak so far, as read from its cgroup.

@@ -14,8 +14,11 @@ impl<U: Units> Daemon<U> {
             return;
         }
         let now = now_usec();
+        let t0 = std::time::Instant::now();
         st.reprioritize(now / 1_000_000, false);
         let starts = st.sched.schedule(now / 1_000_000);
+        self.counters
+            .pass(t0.elapsed().as_nanos() as u64, starts.len() as u64);
         if starts.is_empty() {
             // Ends appended since the last sync would otherwise wait for the
             // next start to reach the disk: an OS crash meanwhile would make

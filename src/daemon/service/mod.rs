@@ -56,6 +56,9 @@ pub struct Settings {
     pub object_linger: std::time::Duration,
     /// The `journalctl` program (see `journal`).
     pub journalctl: String,
+    /// When an allocated accelerator counts as idle (`--idle-gpu-below`,
+    /// `--idle-gpu-after`).
+    pub idle: crate::core::IdleRule,
 }
 
 /// Everything the daemon's tasks share.
@@ -73,6 +76,8 @@ pub struct Daemon<U = Systemd> {
     stopping: std::sync::atomic::AtomicBool,
     /// The accelerator gate (`daemon::device_gate`).
     pub gate: crate::daemon::device_gate::Gate,
+    /// What it did since it started, for metrics (`xlurm metrics`).
+    pub counters: Counters,
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
@@ -84,6 +89,51 @@ pub struct Daemon<U = Systemd> {
     log_reads: logs::LogReads,
 }
 
+/// What xlurmd did since it started, for metrics (`xlurm metrics`, through
+/// `GetMachine`): counters only grow.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Jobs submitted (each array counts once).
+    pub submitted: std::sync::atomic::AtomicU64,
+    /// Jobs handed to systemd.
+    pub started: std::sync::atomic::AtomicU64,
+    /// Scheduling passes, and the time they took in all and the last one.
+    pub passes: std::sync::atomic::AtomicU64,
+    pub pass_nsec: std::sync::atomic::AtomicU64,
+    pub last_pass_nsec: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &std::sync::atomic::AtomicU64, n: u64) {
+        c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// One scheduling pass of `nsec` that started `started` jobs.
+    pub fn pass(&self, nsec: u64, started: u64) {
+        Self::add(&self.passes, 1);
+        Self::add(&self.pass_nsec, nsec);
+        self.last_pass_nsec
+            .store(nsec, std::sync::atomic::Ordering::Relaxed);
+        Self::add(&self.started, started);
+    }
+
+    pub fn submitted(&self, n: u64) {
+        Self::add(&self.submitted, n);
+    }
+
+    /// Each counter's value now.
+    pub fn read(&self) -> [(&'static str, u64); 5] {
+        let r = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        [
+            ("submitted_total", r(&self.submitted)),
+            ("started_total", r(&self.started)),
+            ("sched_passes_total", r(&self.passes)),
+            ("sched_pass_nsec_total", r(&self.pass_nsec)),
+            ("sched_last_pass_nsec", r(&self.last_pass_nsec)),
+        ]
+    }
+}
+
 /// What changed about a job, for the API layer's signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -91,6 +141,8 @@ pub enum Change {
     State(JobState),
     /// Its unit's invocation became known (it started running).
     Invocation,
+    /// Its use of its accelerators changed how it shows (IdleGPU).
+    Usage,
 }
 
 impl<U: Units> Daemon<U> {
@@ -113,6 +165,7 @@ impl<U: Units> Daemon<U> {
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
             gate: Default::default(),
+            counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             workdirs: super::as_user::Checker::default(),

@@ -85,6 +85,35 @@ impl Found<'_> {
 }
 
 impl State {
+    /// Hands one poll's `load` of device `slot` (`vendor`:`index`) to the
+    /// job holding it, when the job's own allocation names the device (an
+    /// exclusive job holds every device but is not judged on those it did
+    /// not ask for): `(job, owner, change)` when its idleness changed.
+    pub fn observe_load(
+        &mut self,
+        slot: usize,
+        vendor: crate::core::Vendor,
+        index: u32,
+        load: &crate::core::Load,
+        now: u64,
+        rule: crate::core::IdleRule,
+    ) -> Option<(JobId, String, crate::core::IdleChange)> {
+        let holder = self.sched.holder(slot)?;
+        let job = self.jobs.get_mut(&holder)?;
+        let own = job.alloc().is_some_and(|a| {
+            a.devices
+                .iter()
+                .any(|r| r.vendor == vendor && r.index == index)
+        });
+        if !own {
+            return None;
+        }
+        match job.observe_load(slot, load, now, rule) {
+            crate::core::IdleChange::None => None,
+            change => Some((holder, job.user.clone(), change)),
+        }
+    }
+
     /// The tables for what the store loaded: its pending jobs are queued in
     /// `sched` and counted per user.
     pub fn new(mut sched: Scheduler, mut loaded: Loaded, store: Store) -> State {

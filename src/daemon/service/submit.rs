@@ -165,6 +165,7 @@ impl<U: Units> Daemon<U> {
             )));
         }
         let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
+        self.counters.submitted(new_ids.len() as u64);
         // A terminal is held as an output descriptor is; the job's
         // `pty` tells them apart at the start.
         let mut output_fd = output.map(|(fd, _)| fd).or(pty);

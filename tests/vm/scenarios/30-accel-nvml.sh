@@ -235,7 +235,9 @@ chmod 0755 "$probe_bin"
 # ---- NVIDIA through the simulated NVML ----------------------------------------------------
 check "xlurmd loads the simulated NVML named by XLURM_NVML_LIBRARY (drop-in, restart)"
 write_nv
-set_dropin "Environment=XLURM_NVML_LIBRARY=$nvml_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state"
+# --idle-gpu-after 8s: the IdleGPU check below need not wait the default 30 minutes.
+set_dropin "Environment=XLURM_NVML_LIBRARY=$nvml_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \
+    "ExecStart=" "ExecStart=/usr/bin/xlurmd --idle-gpu-after 8s"
 since=$(date +%s)
 restart_xlurmd
 assert_eq active "$(systemctl is-active xlurmd)" "xlurmd with the fake NVML"
@@ -534,6 +536,64 @@ assert_eq "nv:1 ${nv_uuid[1]} node 1 ok, job $jhold" "$(dev_line nv:1)" "GPU 1 e
 xcancel "$jhold"
 wait_state "$jhold" CANCELLED 60
 wait_state "$jwait" COMPLETED 60
+
+check "a job on an idle GPU shows IdleGPU after --idle-gpu-after (8 s), told once in its log; busy again clears it; its end keeps the figures"
+write_nv "util=0 mem_used=1073741824 mem_total=85899345920" "util=0"
+t_idle=$(date +%s)
+submit -i 0 --device nv -c 1 -t 300 --wrap "sleep 300"
+jidle=$last_id
+wait_state "$jidle" RUNNING 60
+idle_row() { as_user alice xqueue | awk -v id="$jidle" '$1 == id'; }
+wait_for "idle_row | grep -q IdleGPU" 40 1
+idle_row
+assert_contains "$(field "$jidle" Reason)" "IdleGPU" "xqueue ID's reason"
+info=$(as_user alice xinfo --json); echo "$info" | head -40
+assert_contains "$info" '"util_pct": 0' "GetMachine's device load"
+assert_contains "$info" '"mem_total": 85899345920' "GetMachine's device memory"
+assert_contains "$(as_user alice xqueue --json "$jidle")" '"flag": "IdleGPU"' "the job's --json"
+wait_for "as_user alice xlurm log $jidle | grep -q 'has been idle'" 20 1
+log=$(as_user alice xlurm log "$jidle"); echo "$log"
+assert_contains "$log" "nv:0 of job $jidle has been idle (under 5% busy)" "the notice in the job's own log"
+n=$(journalctl -u xlurmd --since "@$t_idle" --no-pager -q -o cat | grep -c "job $jidle of alice: nv:0 of job $jidle has been idle" || true)
+assert_eq 1 "$n" "the admin's journal line, once"
+
+check "xlurm metrics: the text format, the queue, the idle GPU's load and holder; the timer writes the file"
+m=$(as_user alice xlurm metrics); echo "$m" | head -80
+assert_contains "$m" 'xlurm_jobs{state="running",user="alice"}' "alice's running jobs"
+assert_contains "$m" 'xlurm_flagged_jobs{flag="IdleGPU"} 1' "the IdleGPU job"
+assert_contains "$m" 'xlurm_device_utilization_ratio{device="nv:0"} 0' "the idle GPU's load"
+assert_contains "$m" 'xlurm_device_memory_used_bytes{device="nv:0"} 1073741824' "its memory in use"
+assert_contains "$m" "xlurm_device_info{device=\"nv:0\",uuid=\"${nv_uuid[0]}\",health=\"ok\",job=\"$jidle\",user=\"alice\"} 1" "its holder"
+assert_contains "$m" "# TYPE xlurm_submitted_jobs_total counter" "a counter, as the 0.0.4 text names it"
+# Every line a HELP or TYPE comment or a sample `name{labels} value` (what promtool parses).
+bad=$(grep -vE '^# (HELP|TYPE) xlurm_[a-z_]+ .+$|^xlurm_[a-z_]+(\{[^}]*\})? [0-9.e+-]+$' <<<"$m" || true)
+[ -z "$bad" ] || fail "lines outside the text format: $bad"
+om=$(xlurm metrics --openmetrics)
+assert_eq "# EOF" "$(tail -n1 <<<"$om")" "OpenMetrics ends with # EOF"
+assert_contains "$om" "# TYPE xlurm_submitted_jobs counter" "an OpenMetrics counter family"
+assert_contains "$om" "# UNIT xlurm_device_memory_used_bytes bytes" "an OpenMetrics unit"
+prom=/var/lib/prometheus/node-exporter/xlurm.prom
+mkdir -p "$(dirname "$prom")"
+systemctl start xlurm-metrics.timer
+wait_for "[ -s $prom ]" 30 1
+assert_contains "$(cat "$prom")" "xlurm_submitted_jobs_total" "the file the timer writes"
+first=$(stat -c %Y "$prom")
+wait_for "[ \$(stat -c %Y $prom) -gt $first ]" 45 1
+note "rewritten $(( $(stat -c %Y "$prom") - first )) s later"
+[ -z "$(ls -A "$(dirname "$prom")" | grep -v '^xlurm.prom$')" ] || fail "temporary files left: $(ls -A "$(dirname "$prom")")"
+systemctl stop xlurm-metrics.timer
+rm -rf /var/lib/prometheus
+
+write_nv "util=85 mem_used=2147483648 mem_total=85899345920" ""
+wait_for "! idle_row | grep -q IdleGPU" 20 1
+sleep 3
+assert_ok as_user alice xcancel "$jidle"
+wait_state "$jidle" CANCELLED 60
+eff=$(field "$jidle" Efficiency); note "efficiency: $eff"
+assert_contains "$eff" "(peak 85%)" "the utilization peak kept with the end"
+assert_contains "$eff" "device memory peak 2G" "the device memory peak"
+[ "$(as_user alice xlurm log "$jidle" | grep -c 'has been idle')" = 1 ] || fail "the owner was told more than once"
+write_nv
 
 check "--backends nv with a broken library path: xlurmd refuses to start, exit 78, naming the library"
 set_dropin "Environment=XLURM_NVML_LIBRARY=$broken_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \

@@ -35,8 +35,19 @@ async fn daemon_built(
     tweak: impl FnOnce(&mut Settings),
     sched_tweak: impl FnOnce(&mut Scheduler),
 ) -> (Arc<Daemon<MemoryUnits>>, Changes) {
-    let (store, loaded) = Store::open(dir).unwrap();
     let machine = Machine::new(Topology::uniform(2, 2, 1 << 30), vec![]);
+    daemon_of(dir, units, (machine, vec![]), tweak, sched_tweak).await
+}
+
+/// `daemon_built` on `machine` with the accelerator backends `accel`.
+async fn daemon_of(
+    dir: &std::path::Path,
+    units: MemoryUnits,
+    (machine, accel): (Machine, Vec<crate::accel::Active>),
+    tweak: impl FnOnce(&mut Settings),
+    sched_tweak: impl FnOnce(&mut Scheduler),
+) -> (Arc<Daemon<MemoryUnits>>, Changes) {
+    let (store, loaded) = Store::open(dir).unwrap();
     let limits = Limits {
         max_running: 8,
         max_lifetime_secs: 3600,
@@ -62,10 +73,11 @@ async fn daemon_built(
         object_linger: Duration::from_secs(600),
         // No journal: a vanished unit cannot be told apart from a lost start.
         journalctl: "/nonexistent/journalctl".into(),
+        idle: Default::default(),
     };
     let mut settings = settings;
     tweak(&mut settings);
-    let (d, changes) = Daemon::new(State::new(sched, loaded, store), settings, units, vec![]);
+    let (d, changes) = Daemon::new(State::new(sched, loaded, store), settings, units, accel);
     d.readopt().await.unwrap();
     (d, changes)
 }
@@ -454,6 +466,7 @@ async fn a_cancel_while_the_unit_is_being_started_stops_it_once_it_exists() {
 mod access;
 mod arrays;
 mod budgets;
+mod efficiency;
 mod fairness;
 mod requeue;
 mod slurm;
