@@ -59,6 +59,7 @@ async fn daemon(dir: &std::path::Path, pending: usize) -> Arc<Daemon<MemoryUnits
             ..Default::default()
         },
         retention_secs: 3600,
+        accounting_retention_secs: 365 * 86_400,
         list_is_public: true,
         object_linger: std::time::Duration::from_secs(600),
         journalctl: "/nonexistent/journalctl".into(),

@@ -142,6 +142,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
             ..Default::default()
         },
         retention_secs: 3600,
+        accounting_retention_secs: 365 * 86_400,
         cancel_grace: e.cancel_grace,
         list_is_public: e.public,
         journalctl: e.journalctl.clone(),
@@ -1706,6 +1707,56 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         keys(&info["devices"][0]),
         tables[2],
         "docs/json.md: devices"
+    );
+
+    // The accounting log has every job that ended here, across the restart:
+    // 2 FAILED, the running one and the held array CANCELLED, 1 COMPLETED.
+    let rows = cli_json(&e, &["usage", "--json"]);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "one user, one day: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["jobs"], 5, "{row}");
+    assert_eq!(row["states"]["FAILED"], 2, "{row}");
+    assert_eq!(row["states"]["CANCELLED"], 2, "{row}");
+    assert_eq!(row["states"]["COMPLETED"], 1, "{row}");
+    assert!(row["gpu_hours"].as_f64().unwrap() > 0.0, "{row}");
+    let documented = documented_keys(&doc, "`xlurm usage --json`")[0].clone();
+    let seen = keys(row);
+    assert!(
+        seen.is_subset(&documented),
+        "undocumented: {seen:?} vs {documented:?}"
+    );
+    for k in [
+        "period",
+        "uid",
+        "user",
+        "jobs",
+        "states",
+        "cpu_hours",
+        "gpu_hours",
+        "wait_median",
+        "gpu_util",
+    ] {
+        assert!(seen.contains(k), "{k} missing from {row}");
+    }
+    // A window with none of them: no rows; a bad option: a named error.
+    let none = cli_json(
+        &e,
+        &[
+            "usage",
+            "--json",
+            "--until",
+            "2000-01-01",
+            "--since",
+            "1999-01-01",
+        ],
+    );
+    assert_eq!(none.as_array().unwrap().len(), 0);
+    let out = cli(&e, ["usage", "--since", "yesterday"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a date"),
+        "{out:?}"
     );
 }
 

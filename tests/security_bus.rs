@@ -55,6 +55,7 @@ async fn env() -> Env {
             ..Default::default()
         },
         retention_secs: 3600,
+        accounting_retention_secs: 365 * 86_400,
         cancel_grace: std::time::Duration::from_secs(10),
         list_is_public: true,
         journalctl: "journalctl".into(),

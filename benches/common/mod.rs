@@ -39,6 +39,7 @@ pub fn config(state_dir: PathBuf) -> ServeConfig {
             ..Default::default()
         },
         retention_secs: 86400,
+        accounting_retention_secs: 365 * 86_400,
         cancel_grace: Duration::from_secs(10),
         list_is_public: std::env::var_os("XLURM_BENCH_PRIVATE").is_none(),
         journalctl: "journalctl".into(),

@@ -67,6 +67,11 @@ pub enum Command {
         #[arg(value_parser = ["on", "off"])]
         setting: Option<String>,
     },
+    /// A usage report from the accounting log (like sacct/sreport): per user
+    /// and per day, week or month, jobs by final state, CPU-hours, GPU-hours,
+    /// median wait, memory peaks and GPU efficiency. Your own jobs; --all
+    /// every user's (admin).
+    Usage(UsageArgs),
     /// Metrics of the machine, the queue and xlurmd, as Prometheus text (for
     /// node_exporter's textfile collector: units/xlurm-metrics.timer writes
     /// them every 15 s).
@@ -79,6 +84,28 @@ pub enum Command {
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<std::path::PathBuf>,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct UsageArgs {
+    /// Rows per day, week (from Monday) or month, in local time.
+    #[arg(long, default_value = "day", value_parser = ["day", "week", "month"])]
+    pub period: String,
+    /// Jobs that ended from this local date (YYYY-MM-DD) or this long ago (30d).
+    #[arg(long, default_value = "30d")]
+    pub since: String,
+    /// ... and before this date or this long ago (default: now).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Every user's jobs (root, or an admin through polkit).
+    #[arg(long, short = 'a')]
+    pub all: bool,
+    /// JSON: one object per row (docs/json.md).
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// CSV, with a header line.
+    #[arg(long)]
+    pub csv: bool,
 }
 
 #[derive(Debug, Args, Clone, Default)]

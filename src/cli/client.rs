@@ -24,6 +24,7 @@ pub trait Scheduler {
     fn list_jobs(&self, filter: Dict) -> zbus::Result<(Vec<crate::wire::queue::JobSummary>, bool)>;
     fn list_jobs_by_file_descriptor(&self, filter: Dict) -> zbus::Result<zbus::OwnedFd>;
     fn get_machine(&self) -> zbus::Result<Dict>;
+    fn get_usage(&self, options: Dict) -> zbus::Result<Vec<Dict>>;
     fn read_log(
         &self,
         id: u64,

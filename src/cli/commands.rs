@@ -44,6 +44,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Update(a) => update(a, user).await,
         Command::Limits { set } => limits(set.as_deref(), user).await,
         Command::Gate { setting } => gate(setting.as_deref(), user).await,
+        Command::Usage(a) => super::usage::usage(&a, user).await,
         Command::Metrics {
             openmetrics,
             output,

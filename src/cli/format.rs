@@ -86,6 +86,10 @@ pub(super) fn dict_to_json(d: &Dict) -> serde_json::Value {
             serde_json::json!(x)
         } else if let Some(x) = get::<bool>(d, k) {
             serde_json::json!(x)
+        } else if let Some(x) = get::<f64>(d, k) {
+            serde_json::json!(x)
+        } else if let Some(x) = get::<std::collections::HashMap<String, u64>>(d, k) {
+            serde_json::json!(x.into_iter().collect::<std::collections::BTreeMap<_, _>>())
         } else if let Some(x) = get::<Vec<String>>(d, k) {
             serde_json::json!(x)
         } else if let Some(x) = v

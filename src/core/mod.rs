@@ -3,6 +3,7 @@
 //! Nothing in here does I/O or reads a clock: time is passed in, so every
 //! decision is deterministic and can be tested exhaustively and benchmarked.
 
+pub mod accounting;
 pub mod alloc;
 pub mod array;
 pub mod books;

@@ -269,6 +269,70 @@ impl SchedulerApi {
             .map_err(|e| ApiError::Failed(e.to_string()))
     }
 
+    /// A usage report from the accounting log (`xlurm usage`, like sacct and
+    /// sreport): one row per user and period with jobs by final state,
+    /// CPU-hours, GPU-hours, median wait, memory peak quantiles and
+    /// accelerator efficiency. Options: `period` (s: day, week, month),
+    /// `since`, `until` (t: seconds since the epoch; default the last 30
+    /// days), `utc_offset` (i: where days begin), `all_users` (b: every
+    /// user's jobs, for root or through polkit; otherwise the caller's own).
+    async fn get_usage(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        options: HashMap<String, zbus::OwnedVariant>,
+    ) -> Result<Vec<Dict>, ApiError> {
+        let uid = self.caller(conn, &hdr).await?;
+        let ask = super::accounting::parse_usage(&options, uid, wire_now())?;
+        if ask.all_users && uid != 0 && !self.authorized(conn, &hdr, uid).await? {
+            return Err(ApiError::PermissionDenied(format!(
+                "a report of every user's jobs needs the polkit authorization {} (root, or a group granted it by an admin rule); without all_users you get your own",
+                ACTION_MANAGE
+            )));
+        }
+        let dir = {
+            let st = self.daemon.state.lock().await;
+            match &st.ledger {
+                Some(l) => l.dir().to_path_buf(),
+                None => {
+                    return Err(ApiError::Failed(
+                        "the accounting log is off (see xlurmd's journal)".into(),
+                    ))
+                }
+            }
+        };
+        // File reads and NSS lookups: off the event loop.
+        tokio::task::spawn_blocking(move || {
+            let ledger = super::accounting::Ledger::at(dir);
+            let records = ledger
+                .read(ask.query.since, ask.query.until)
+                .map_err(|e| ApiError::Failed(format!("reading the accounting log: {e:#}")))?;
+            let rows = crate::core::accounting::report(records, &ask.query);
+            if rows.len() > super::accounting::MAX_ROWS {
+                return Err(ApiError::InvalidRequest(format!(
+                    "the report has {} rows, more than {}: use a coarser period or a shorter window",
+                    rows.len(),
+                    super::accounting::MAX_ROWS
+                )));
+            }
+            let mut names: HashMap<u32, String> = HashMap::new();
+            let name = |u: u32| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| u.to_string(), |x| x.name)
+            };
+            for r in &rows {
+                names.entry(r.uid).or_insert_with(|| name(r.uid));
+            }
+            Ok(super::accounting::usage_rows(&rows, ask.query.period, |u| {
+                names.get(&u).cloned().unwrap_or_default()
+            }))
+        })
+        .await
+        .map_err(|e| ApiError::Failed(e.to_string()))?
+    }
+
     /// The per-user limits and shares in force, as JSON (see the admin
     /// guide): users and groups by name where the system knows them.
     #[zbus(out_args("limits"))]

@@ -76,6 +76,10 @@ pub struct Options {
     /// Finished jobs are kept this long (seconds or 7d, 12h).
     #[arg(long, default_value = "7d")]
     pub retention: String,
+    /// How long the accounting log (one 48-byte record per ended job, for
+    /// `xlurm usage`) keeps a month after it ended: 365d, 90d...
+    #[arg(long, default_value = "365d")]
+    pub accounting_retention: String,
     /// Most pending jobs one user may have.
     #[arg(long, default_value_t = 10_000)]
     pub max_pending_per_user: usize,

@@ -213,6 +213,8 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     let idle_gpu = idle_rule(&o)?;
     let retention_secs =
         parse_duration_secs(&o.retention).map_err(|e| Refusal(format!("--retention: {e}")))?;
+    let accounting_retention_secs = parse_duration_secs(&o.accounting_retention)
+        .map_err(|e| Refusal(format!("--accounting-retention: {e}")))?;
     let cancel_grace = cancel_grace(&o.cancel_grace)?;
     let reserve = Reserve {
         cpus: IdSet::parse_list(&o.reserve_cpus)
@@ -325,6 +327,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
             outputs: o.max_output_files_per_user,
         },
         retention_secs,
+        accounting_retention_secs,
         cancel_grace,
         list_is_public: o.list_is_public,
         journalctl: super::journal::JOURNALCTL.into(),
@@ -398,6 +401,8 @@ pub struct ServeConfig {
     /// What each user's pending jobs may hold.
     pub budget: crate::core::Budget,
     pub retention_secs: u64,
+    /// `--accounting-retention`.
+    pub accounting_retention_secs: u64,
     /// Between SIGTERM and SIGKILL when a job is stopped (`--cancel-grace`).
     pub cancel_grace: Duration,
     pub list_is_public: bool,
@@ -502,6 +507,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         },
         budget: cfg.budget,
         retention_secs: cfg.retention_secs,
+        accounting_retention_secs: cfg.accounting_retention_secs,
         list_is_public: cfg.list_is_public,
         journalctl: cfg.journalctl.clone(),
         idle: cfg.idle_gpu,

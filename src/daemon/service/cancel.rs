@@ -76,6 +76,7 @@ impl<U: Units> Daemon<U> {
         let (task, mut rest) = whole.take_task(index, id).ok_or_else(no_task)?;
         let task = task.cancelled_pending(uid, now_usec());
         st.store.save([&task, &rest]).map_err(ApiError::from)?;
+        st.account(&task);
         st.next_id += 1;
         rest.detach();
         st.jobs.insert(array, rest);
@@ -130,6 +131,7 @@ impl<U: Units> Daemon<U> {
                     .ok_or_else(|| no_such_job(id))?;
                 let job = job.cancelled_pending(uid, now_usec());
                 st.store.save([&job]).map_err(ApiError::from)?;
+                st.account(&job);
                 st.sched.dequeue(id);
                 st.pending_done(id);
                 // Its --output file is let go of with it.

@@ -215,6 +215,7 @@ impl State {
             tracing::error!("job {id}: recording its cancel failed: {e:#}; it waits");
             return false;
         }
+        self.account(&job);
         self.sched.dequeue(id);
         self.pending_done(id);
         let had_output = self.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());

@@ -51,6 +51,8 @@ pub struct Settings {
     /// What each user's pending jobs may hold.
     pub budget: crate::core::Budget,
     pub retention_secs: u64,
+    /// How long the accounting log keeps a month (`--accounting-retention`).
+    pub accounting_retention_secs: u64,
     pub list_is_public: bool,
     /// How long a finished job's D-Bus object stays (see `job_object`).
     pub object_linger: std::time::Duration,

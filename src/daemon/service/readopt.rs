@@ -119,6 +119,13 @@ impl<U: Units> Daemon<U> {
             keep
         });
         st.retired += removed;
+        if let Some(l) = &st.ledger {
+            match l.prune(now / 1_000_000, self.settings.accounting_retention_secs) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("accounting: removed {n} month(s) past the retention"),
+                Err(e) => tracing::warn!("accounting: {e:#}"),
+            }
+        }
         for name in st.store.remove_old_damaged_logs(cutoff / 1_000_000) {
             tracing::info!("removed {name}: kept aside longer than the retention period");
         }

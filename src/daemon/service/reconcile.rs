@@ -62,6 +62,7 @@ impl<U: Units> Daemon<U> {
         // unit, kept uncollected, holds the end for the next start.
         let job = job.ended(state, outcome, now_usec());
         st.jobs.insert(id, job.clone());
+        st.account(&job);
         st.task_moved(&job, was);
         // Charged to its owner's fair-share usage up to now.
         st.sched.finish_at(id, now_usec() / 1_000_000);

@@ -12,6 +12,9 @@ pub struct State {
     pub ended: Ended,
     pub(super) strings: Strings,
     pub store: Store,
+    /// One record per ended job, for usage reports (`daemon::accounting`);
+    /// `None` when its directory could not be made (logged).
+    pub ledger: Option<crate::daemon::accounting::Ledger>,
     pub next_id: JobId,
     /// What each user's pending jobs hold, against their budgets.
     pub(super) usage: HashMap<u32, crate::core::Usage>,
@@ -85,6 +88,16 @@ impl Found<'_> {
 }
 
 impl State {
+    /// Adds ended `job` to the accounting log (a failure is logged: the
+    /// job log keeps the end either way).
+    pub fn account(&self, job: &Job) {
+        if let Some(l) = &self.ledger {
+            if let Err(e) = l.append(&crate::daemon::accounting::record_of(job)) {
+                tracing::warn!(job = job.id, "accounting: {e:#}");
+            }
+        }
+    }
+
     /// Hands one poll's `load` of device `slot` (`vendor`:`index`) to the
     /// job holding it, when the job's own allocation names the device (an
     /// exclusive job holds every device but is not judged on those it did
@@ -142,12 +155,20 @@ impl State {
             pending.push(j.id);
             j.detach();
         }
+        let ledger = match crate::daemon::accounting::Ledger::open(store.dir()) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::error!("the accounting log is off: {e:#}");
+                None
+            }
+        };
         let mut st = State {
             sched,
             jobs: loaded.jobs,
             ended: loaded.ended,
             strings: loaded.strings,
             store,
+            ledger,
             next_id: loaded.next_id,
             usage,
             retired: 0,

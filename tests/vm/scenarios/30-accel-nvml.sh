@@ -595,6 +595,23 @@ assert_contains "$eff" "device memory peak 2G" "the device memory peak"
 [ "$(as_user alice xlurm log "$jidle" | grep -c 'has been idle')" = 1 ] || fail "the owner was told more than once"
 write_nv
 
+check "xlurm usage counts alice's ended jobs of this boot exactly, by state; every user's report needs polkit"
+# json_sum KEY: the sum of the integer values of KEY in the JSON on stdin.
+json_sum() { awk -v k="\"$1\":" '$1 == k {gsub(/[^0-9]/, "", $2); s += $2} END {print s + 0}'; }
+q=$(as_user alice xqueue --all --mine --limit 0 --json)
+ended=$(grep -E '"state": "' <<<"$q" | grep -vcE 'PENDING|RUNNING' || true)
+cancelled=$(grep -c '"state": "CANCELLED"' <<<"$q" || true)
+u=$(as_user alice xlurm usage --since 2d --json); echo "$u" | head -40
+assert_eq "$ended" "$(json_sum jobs <<<"$u")" "alice's jobs in her usage report against xqueue"
+assert_eq "$cancelled" "$(json_sum CANCELLED <<<"$u")" "her CANCELLED jobs"
+[ -z "$(grep '"user": ' <<<"$u" | grep -v '"alice"')" ] || fail "another user's row in alice's report"
+assert_contains "$(as_user alice xlurm usage --since 2d --period month)" "alice" "the table"
+rc=0; out=$(as_user bob xlurm usage --all 2>&1) || rc=$?
+assert_ne 0 "$rc" "bob's report of every user"
+assert_contains "$out" "org.xlurm.scheduler.manage" "the refusal names the polkit action"
+assert_contains "$(xlurm usage --all --since 2d --csv)" ",alice," "root's report of every user (CSV)"
+ls -l /var/lib/xlurm/accounting
+
 check "--backends nv with a broken library path: xlurmd refuses to start, exit 78, naming the library"
 set_dropin "Environment=XLURM_NVML_LIBRARY=$broken_lib" "Environment=XLURM_FAKE_GPU_STATE=$nv_state" \
     "ExecStart=" "ExecStart=/usr/bin/xlurmd --backends nv"

@@ -69,6 +69,7 @@ async fn daemon_of(
             ..Default::default()
         },
         retention_secs: 3600,
+        accounting_retention_secs: 365 * 86_400,
         list_is_public: true,
         object_linger: Duration::from_secs(600),
         // No journal: a vanished unit cannot be told apart from a lost start.
