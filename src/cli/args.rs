@@ -72,6 +72,15 @@ pub enum Command {
     /// median wait, memory peaks and GPU efficiency. Your own jobs; --all
     /// every user's (admin).
     Usage(UsageArgs),
+    /// A live view of the machine and the queue (like htop and nvtop): NUMA
+    /// nodes, accelerators with their load and holder, running and pending
+    /// jobs. Keys: q, s (order), m (yours), up/down, Enter (detail), c
+    /// (cancel yours). Printed once as text when not on a terminal.
+    Top {
+        /// Only your own jobs.
+        #[arg(long, short = 'm')]
+        mine: bool,
+    },
     /// Metrics of the machine, the queue and xlurmd, as Prometheus text (for
     /// node_exporter's textfile collector: units/xlurm-metrics.timer writes
     /// them every 15 s).

@@ -45,6 +45,7 @@ pub async fn main(cli: Cli) -> Result<i32> {
         Command::Limits { set } => limits(set.as_deref(), user).await,
         Command::Gate { setting } => gate(setting.as_deref(), user).await,
         Command::Usage(a) => super::usage::usage(&a, user).await,
+        Command::Top { mine } => super::top::top(mine, user).await,
         Command::Metrics {
             openmetrics,
             output,

@@ -19,6 +19,7 @@ pub mod run;
 pub mod sbatch;
 pub mod submit;
 pub mod tee;
+pub mod top;
 pub mod usage;
 
 pub use args::*;

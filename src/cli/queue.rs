@@ -210,7 +210,7 @@ async fn starts(
 }
 
 /// `xqueue ID`'s text: one "Key: value" line per known field.
-fn job_text(job: &Dict) -> String {
+pub(super) fn job_text(job: &Dict) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let id = get::<u64>(job, "id").unwrap_or(0);

@@ -572,6 +572,14 @@ om=$(xlurm metrics --openmetrics)
 assert_eq "# EOF" "$(tail -n1 <<<"$om")" "OpenMetrics ends with # EOF"
 assert_contains "$om" "# TYPE xlurm_submitted_jobs counter" "an OpenMetrics counter family"
 assert_contains "$om" "# UNIT xlurm_device_memory_used_bytes bytes" "an OpenMetrics unit"
+check "xlurm top: the text view off a terminal, and live under script (q quits)"
+t=$(as_user alice xlurm top); echo "$t"
+assert_contains "$t" "job $jidle alice" "the GPU's holder"
+assert_contains "$t" "IdleGPU" "the running job's flag"
+assert_contains "$(grep -A3 '^DEV' <<<"$t")" "nv:0    0%" "the GPU's load"
+rc=0; live=$(as_user alice timeout 60 script -qec "xlurm top" /dev/null < <(sleep 4; printf q; sleep 5) 2>&1) || rc=$?
+assert_eq 0 "$rc" "xlurm top on a terminal, ended by q"
+assert_contains "$live" "accelerators" "the live screen"
 prom=/var/lib/prometheus/node-exporter/xlurm.prom
 mkdir -p "$(dirname "$prom")"
 systemctl start xlurm-metrics.timer
