@@ -30,6 +30,8 @@ struct Env {
     public: bool,
     /// `--cancel-grace` (10 s by default).
     cancel_grace: Duration,
+    /// `--idle-gpu-action` (flag by default; a GPU is idle after 1 s here).
+    idle_action: xlurm::core::IdleAction,
 }
 
 async fn env(mode: Mode) -> Env {
@@ -48,6 +50,7 @@ async fn env(mode: Mode) -> Env {
         job_cgroups: None,
         public: true,
         cancel_grace: Duration::from_secs(10),
+        idle_action: xlurm::core::IdleAction::Flag,
     }
 }
 
@@ -132,6 +135,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         idle_gpu: xlurm::core::IdleRule {
             below_pct: 5,
             after_secs: Some(1),
+            action: e.idle_action,
         },
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
@@ -1758,6 +1762,30 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
         String::from_utf8_lossy(&out.stderr).contains("not a date"),
         "{out:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_gpu_cancels_its_job_only_when_the_admin_opted_in() {
+    let mut e = env(Mode::Run).await;
+    e.devices = one_gpu();
+    e.idle_action = xlurm::core::IdleAction::Cancel;
+    let (_d, _conn) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut s = spec(&["/bin/sleep", "60"]);
+    s.extend([entry("gpus", 1u32)]);
+    let (id, _) = c.submit(s).await.unwrap();
+    // The fake backend polls the GPU idle: flagged after a second, then cancelled.
+    let job = wait_state(&c, id, "CANCELLED").await;
+    assert!(
+        get::<u64>(&job, "start_time").unwrap_or(0) > 0,
+        "it ran: {job:?}"
+    );
+    // A CPU job beside it is never judged.
+    let (cpu, _) = c.submit(spec(&["/bin/sleep", "60"])).await.unwrap();
+    wait_state(&c, cpu, "RUNNING").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(get_str(&c.get_job(cpu).await.unwrap(), "state"), "RUNNING");
+    c.cancel(cpu).await.unwrap();
 }
 
 /// Runs `xrun sleep 60` whose stdout's reader is gone from the start, checks

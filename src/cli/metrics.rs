@@ -329,14 +329,7 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
 pub(super) async fn metrics(open: bool, output: Option<&Path>, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let machine = p.get_machine().await.map_err(|e| explain(e, user))?;
-    let mut filter = Dict::new();
-    let (k, v) = crate::wire::spec::entry("all_users", true);
-    filter.insert(k, v);
-    let fd = p
-        .list_jobs_by_file_descriptor(filter)
-        .await
-        .map_err(|e| explain(e, user))?;
-    let listing = crate::wire::queue::read_fd(fd.into())?;
+    let listing = super::queue::active_jobs(&p, user).await?;
     let jobs = listing.lines()?;
     let text = render(&families(&machine, &jobs), open);
     match output {

@@ -70,6 +70,22 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// Every active job the caller may see (every user's where the queue is
+/// public), in one `ListJobsByFileDescriptor`.
+pub(super) async fn active_jobs(
+    p: &super::client::SchedulerProxy<'_>,
+    user: bool,
+) -> Result<crate::wire::queue::Listing> {
+    let mut filter = Dict::new();
+    let (k, v) = entry("all_users", true);
+    filter.insert(k, v);
+    let fd = p
+        .list_jobs_by_file_descriptor(filter)
+        .await
+        .map_err(|e| explain(e, user))?;
+    crate::wire::queue::read_fd(fd.into())
+}
+
 /// The `xqueue` table. `now` is microseconds since the epoch.
 pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
     use std::fmt::Write;

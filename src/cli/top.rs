@@ -511,14 +511,7 @@ pub(super) async fn top(mine: bool, user: bool) -> Result<i32> {
         me: nix::unistd::getuid().as_raw(),
         ..Model::default()
     };
-    let mut filter = Dict::new();
-    let (k, v) = crate::wire::spec::entry("all_users", true);
-    filter.insert(k, v);
-    let fd = p
-        .list_jobs_by_file_descriptor(filter)
-        .await
-        .map_err(|e| explain(e, user))?;
-    let listing = crate::wire::queue::read_fd(fd.into())?;
+    let listing = super::queue::active_jobs(&p, user).await?;
     for l in listing.lines()? {
         m.jobs.insert(l.id, Job::of_line(&l));
     }

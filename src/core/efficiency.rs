@@ -15,6 +15,19 @@ pub struct IdleRule {
     pub below_pct: u8,
     /// How long it must stay so; `None`: never flagged.
     pub after_secs: Option<u64>,
+    /// What happens to a job so flagged, besides the flag.
+    pub action: IdleAction,
+}
+
+/// What xlurmd does to a job whose accelerator stays idle
+/// (`--idle-gpu-action`): nothing unless the admin opts in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IdleAction {
+    /// Flag it (IdleGPU), log it, tell its owner.
+    #[default]
+    Flag,
+    /// Also cancel it.
+    Cancel,
 }
 
 impl Default for IdleRule {
@@ -22,6 +35,7 @@ impl Default for IdleRule {
         IdleRule {
             below_pct: 5,
             after_secs: Some(30 * 60),
+            action: IdleAction::Flag,
         }
     }
 }
@@ -137,6 +151,7 @@ mod tests {
     const RULE: IdleRule = IdleRule {
         below_pct: 5,
         after_secs: Some(60),
+        action: IdleAction::Flag,
     };
 
     #[test]

@@ -33,7 +33,7 @@ pub use array::{ArrayError, ArraySpec, Indices, JobRef, JobRefError};
 pub use budget::{Budget, OverBudget, Usage};
 pub use dependency::{Dependency, DependencyError, Progress, Verdict};
 pub use device::{Device, DeviceRef, Health, Load, Vendor};
-pub use efficiency::{cpu_efficiency, GpuUse, IdleChange, IdleRule};
+pub use efficiency::{cpu_efficiency, GpuUse, IdleAction, IdleChange, IdleRule};
 pub use estimate::{Estimate, Unknown};
 pub use fairshare::{ShareRow, UsageLedger, UsageWeights};
 pub use idset::{CpuSet, IdSet, NodeSet};

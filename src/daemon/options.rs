@@ -53,6 +53,11 @@ pub struct Options {
     /// IdleGPU: seconds or 30s, 10m, 1h; off: never.
     #[arg(long, default_value = "30m")]
     pub idle_gpu_after: String,
+    /// What else happens to a job whose accelerator stays idle: flag (it
+    /// shows IdleGPU, nothing more) or cancel (it is also cancelled, saying
+    /// why in its log).
+    #[arg(long, default_value = "flag", value_parser = ["flag", "cancel"])]
+    pub idle_gpu_action: String,
     /// Per-user, per-group and default limits (JSON, see the admin guide); a
     /// missing file means none. `xlurm limits --set` changes them live and
     /// keeps them in the state directory, which then wins over this file.

@@ -171,6 +171,10 @@ fn idle_rule(o: &Options) -> Result<crate::core::IdleRule, Refusal> {
     Ok(crate::core::IdleRule {
         below_pct: o.idle_gpu_below as u8,
         after_secs,
+        action: match o.idle_gpu_action.as_str() {
+            "cancel" => crate::core::IdleAction::Cancel,
+            _ => crate::core::IdleAction::Flag,
+        },
     })
 }
 
@@ -721,14 +725,24 @@ async fn monitor_devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
         }
         for (id, owner, dev, change) in idle {
             if let crate::core::IdleChange::First { idle_secs, .. } = change {
+                let cancel = d.settings.idle.action == crate::core::IdleAction::Cancel;
                 let text = format!(
-                    "{dev} of job {id} has been idle (under {}% busy) for {} min: \
-                     release it if the job does not need it (IdleGPU)",
+                    "{dev} of job {id} has been idle (under {}% busy) for {} min: {} (IdleGPU)",
                     d.settings.idle.below_pct,
-                    idle_secs / 60
+                    idle_secs / 60,
+                    if cancel {
+                        "the job is cancelled (xlurmd --idle-gpu-action cancel)"
+                    } else {
+                        "release it if the job does not need it"
+                    }
                 );
                 tracing::warn!(job = id, "job {id} of {owner}: {text}");
                 super::journal::notice(id, "idle-gpu", &text);
+                if cancel {
+                    if let Err(e) = d.cancel(0, id, true).await {
+                        tracing::warn!(job = id, "cancelling idle job {id}: {e}");
+                    }
+                }
             }
             let _ = d.changes.send((id, super::service::Change::Usage));
         }

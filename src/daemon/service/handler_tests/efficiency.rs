@@ -66,6 +66,7 @@ fn load(util: u8, mem: u64) -> Load {
 const RULE: IdleRule = IdleRule {
     below_pct: 5,
     after_secs: Some(600),
+    action: crate::core::IdleAction::Flag,
 };
 
 #[tokio::test]
