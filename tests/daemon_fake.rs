@@ -1765,6 +1765,67 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xlurm_top_draws_a_daemon_with_fake_devices_in_80x24() {
+    let mut e = env(Mode::Run).await;
+    e.devices = one_gpu();
+    let (_d, _conn) = daemon(&e).await;
+    let c = client(&e).await;
+    let mut s = spec(&["/bin/sleep", "60"]);
+    s.extend([entry("gpus", 1u32), entry("name", "train")]);
+    let (gpu, _) = c.submit(s).await.unwrap();
+    wait_state(&c, gpu, "RUNNING").await;
+    let mut s = spec(&["/bin/sleep", "60"]);
+    s.extend([entry("gpus", 1u32), entry("name", "next")]);
+    let (waiting, _) = c.submit(s).await.unwrap();
+    // The fake backend's polls give the GPU its load (0 %, 1G of 80G).
+    let ui = xlurm::cli::top::Ui::default();
+    let t0 = Instant::now();
+    let m = loop {
+        let m = xlurm::cli::top::load(&c, &ui, 10, true).await.unwrap();
+        let (run, _) = m.listed(&ui);
+        if run.first().is_some_and(|j| j.gpu_util.is_some()) {
+            break m;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no load on screen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+    t.draw(|f| xlurm::cli::top::draw(f, &m, &ui)).unwrap();
+    let buf = t.backend().buffer().clone();
+    let lines: Vec<String> = (0..24)
+        .map(|y| {
+            (0..80)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect::<String>()
+        })
+        .collect();
+    let all = lines.join("\n");
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);
+    assert!(
+        lines[0].starts_with("xlurm top  fifo-strict  1 running, 1 pending"),
+        "{all}"
+    );
+    assert!(
+        all.contains("│0    1/2"),
+        "node 0 with the GPU job's CPU: {all}"
+    );
+    assert!(
+        all.contains(&format!("│nv:0   0%    1G/80G      job {gpu} {me}")),
+        "{all}"
+    );
+    assert!(
+        all.contains(&format!("│{gpu:<6} {:<8} train ", &me[..me.len().min(8)])),
+        "{all}"
+    );
+    assert!(all.contains("nv:[0] 0%"), "{all}");
+    assert!(all.contains(&format!("│{waiting:<6}")), "{all}");
+    c.cancel(waiting).await.unwrap();
+    c.cancel(gpu).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_gpu_cancels_its_job_only_when_the_admin_opted_in() {
     let mut e = env(Mode::Run).await;
     e.devices = one_gpu();

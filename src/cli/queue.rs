@@ -72,7 +72,7 @@ pub(super) async fn queue(a: QueueArgs, user: bool) -> Result<i32> {
 
 /// Every active job the caller may see (every user's where the queue is
 /// public), in one `ListJobsByFileDescriptor`.
-pub(super) async fn active_jobs(
+pub(crate) async fn active_jobs(
     p: &super::client::SchedulerProxy<'_>,
     user: bool,
 ) -> Result<crate::wire::queue::Listing> {

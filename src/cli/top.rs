@@ -501,25 +501,33 @@ async fn detail(p: &SchedulerProxy<'_>, id: u64) -> Vec<String> {
     lines
 }
 
+/// The model as the view starts: every active job (one listing), the
+/// machine, and the first `rows` jobs of each table read whole.
+pub async fn load(p: &SchedulerProxy<'_>, ui: &Ui, rows: usize, user: bool) -> Result<Model> {
+    let mut m = Model {
+        me: nix::unistd::getuid().as_raw(),
+        ..Model::default()
+    };
+    let listing = super::queue::active_jobs(p, user).await?;
+    for l in listing.lines()? {
+        m.jobs.insert(l.id, Job::of_line(&l));
+    }
+    refresh(p, &mut m, ui, rows, user).await?;
+    Ok(m)
+}
+
 /// `xlurm top`.
 pub(super) async fn top(mine: bool, user: bool) -> Result<i32> {
     use futures_util::StreamExt;
     use std::io::IsTerminal;
     let p = connect(user).await?;
+    // Subscribed before the listing: no change is missed between them.
     let mut changes = p.receive_job_state_changed().await?;
-    let mut m = Model {
-        me: nix::unistd::getuid().as_raw(),
-        ..Model::default()
-    };
-    let listing = super::queue::active_jobs(&p, user).await?;
-    for l in listing.lines()? {
-        m.jobs.insert(l.id, Job::of_line(&l));
-    }
     let mut ui = Ui {
         mine,
         ..Ui::default()
     };
-    refresh(&p, &mut m, &ui, 20, user).await?;
+    let mut m = load(&p, &ui, 20, user).await?;
     if !std::io::stdout().is_terminal() {
         super::format::emit(&text(&m, &ui))?;
         return Ok(0);

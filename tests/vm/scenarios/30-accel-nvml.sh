@@ -577,9 +577,18 @@ t=$(as_user alice xlurm top); echo "$t"
 assert_contains "$t" "job $jidle alice" "the GPU's holder"
 assert_contains "$t" "IdleGPU" "the running job's flag"
 assert_contains "$(grep -A3 '^DEV' <<<"$t")" "nv:0    0%" "the GPU's load"
-rc=0; live=$(as_user alice timeout 60 script -qec "xlurm top" /dev/null < <(sleep 4; printf q; sleep 5) 2>&1) || rc=$?
+# What an open xlurm top costs xlurmd: its CPU ticks over 12 s with and without it.
+xpid=$(systemctl show -p MainPID --value xlurmd)
+ticks() { awk '{print $14 + $15}' "/proc/$xpid/stat"; }
+hz=$(getconf CLK_TCK)
+t0=$(ticks); sleep 12; idle=$(( $(ticks) - t0 ))
+t0=$(ticks)
+rc=0; live=$(as_user alice timeout 60 script -qec "stty rows 24 cols 80; xlurm top" /dev/null < <(sleep 12; printf q; sleep 5) 2>&1) || rc=$?
+open=$(( $(ticks) - t0 ))
+note "xlurmd's CPU over 12 s: $idle ticks without xlurm top, $open with it open ($hz ticks a second): $(awk "BEGIN {printf \"%.2f\", ($open - $idle) * 100 / ($hz * 12)}")% of a CPU for top (goal < 1%)"
 assert_eq 0 "$rc" "xlurm top on a terminal, ended by q"
 assert_contains "$live" "accelerators" "the live screen"
+assert_contains "$live" "job $jidle" "the live screen's jobs"
 prom=/var/lib/prometheus/node-exporter/xlurm.prom
 mkdir -p "$(dirname "$prom")"
 systemctl start xlurm-metrics.timer
