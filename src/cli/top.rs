@@ -453,12 +453,14 @@ pub fn text(m: &Model, ui: &Ui) -> String {
     out
 }
 
-/// Reads the machine and the jobs on screen again (every 2 s).
+/// Reads the machine and the running jobs on screen again (every 2 s),
+/// and with `pending` the pending ones on screen (their expected start is
+/// a walk of the queue for xlurmd: every 10 s).
 async fn refresh(
     p: &SchedulerProxy<'_>,
     m: &mut Model,
     ui: &Ui,
-    rows: usize,
+    (rows, pending): (usize, bool),
     user: bool,
 ) -> Result<()> {
     m.machine = p.get_machine().await.map_err(|e| explain(e, user))?;
@@ -467,7 +469,7 @@ async fn refresh(
     let shown: Vec<u64> = run
         .iter()
         .take(rows)
-        .chain(wait.iter().take(rows))
+        .chain(wait.iter().take(if pending { rows } else { 0 }))
         .map(|j| j.id)
         .collect();
     for id in shown {
@@ -512,7 +514,7 @@ pub async fn load(p: &SchedulerProxy<'_>, ui: &Ui, rows: usize, user: bool) -> R
     for l in listing.lines()? {
         m.jobs.insert(l.id, Job::of_line(&l));
     }
-    refresh(p, &mut m, ui, rows, user).await?;
+    refresh(p, &mut m, ui, (rows, true), user).await?;
     Ok(m)
 }
 
@@ -542,13 +544,15 @@ pub(super) async fn top(mine: bool, user: bool) -> Result<i32> {
         }
     });
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    let mut ticks = 0u64;
     let result: Result<()> = async {
         loop {
             let rows = terminal.size().map(|s| s.height as usize / 3).unwrap_or(10);
             terminal.draw(|f| draw(f, &m, &ui))?;
             tokio::select! {
                 _ = tick.tick() => {
-                    if let Err(e) = refresh(&p, &mut m, &ui, rows, user).await {
+                    ticks += 1;
+                    if let Err(e) = refresh(&p, &mut m, &ui, (rows, ticks.is_multiple_of(5)), user).await {
                         ui.message = format!("{e:#}");
                     }
                 }

@@ -284,6 +284,37 @@ pub fn usage_rows(
         .collect()
 }
 
+/// The report `ask` asks of the log in `dir`, as `GetUsage` answers it
+/// (blocking: file reads and NSS lookups).
+pub fn usage_report(
+    dir: PathBuf,
+    ask: &UsageAsk,
+) -> Result<Vec<super::wire_job::Dict>, crate::wire::error::ApiError> {
+    use crate::wire::error::ApiError;
+    let records = Ledger::at(dir)
+        .read(ask.query.since, ask.query.until)
+        .map_err(|e| ApiError::Failed(format!("reading the accounting log: {e:#}")))?;
+    let rows = crate::core::accounting::report(records, &ask.query);
+    if rows.len() > MAX_ROWS {
+        return Err(ApiError::InvalidRequest(format!(
+            "the report has {} rows, more than {MAX_ROWS}: use a coarser period or a shorter window",
+            rows.len()
+        )));
+    }
+    let mut names: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
+    for r in &rows {
+        names.entry(r.uid).or_insert_with(|| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(r.uid))
+                .ok()
+                .flatten()
+                .map_or_else(|| r.uid.to_string(), |x| x.name)
+        });
+    }
+    Ok(usage_rows(&rows, ask.query.period, |u| {
+        names.get(&u).cloned().unwrap_or_default()
+    }))
+}
+
 /// Bytes one record costs on disk.
 pub const BYTES_PER_JOB: usize = RECORD_BYTES;
 

@@ -302,35 +302,9 @@ impl SchedulerApi {
             }
         };
         // File reads and NSS lookups: off the event loop.
-        tokio::task::spawn_blocking(move || {
-            let ledger = super::accounting::Ledger::at(dir);
-            let records = ledger
-                .read(ask.query.since, ask.query.until)
-                .map_err(|e| ApiError::Failed(format!("reading the accounting log: {e:#}")))?;
-            let rows = crate::core::accounting::report(records, &ask.query);
-            if rows.len() > super::accounting::MAX_ROWS {
-                return Err(ApiError::InvalidRequest(format!(
-                    "the report has {} rows, more than {}: use a coarser period or a shorter window",
-                    rows.len(),
-                    super::accounting::MAX_ROWS
-                )));
-            }
-            let mut names: HashMap<u32, String> = HashMap::new();
-            let name = |u: u32| {
-                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| u.to_string(), |x| x.name)
-            };
-            for r in &rows {
-                names.entry(r.uid).or_insert_with(|| name(r.uid));
-            }
-            Ok(super::accounting::usage_rows(&rows, ask.query.period, |u| {
-                names.get(&u).cloned().unwrap_or_default()
-            }))
-        })
-        .await
-        .map_err(|e| ApiError::Failed(e.to_string()))?
+        tokio::task::spawn_blocking(move || super::accounting::usage_report(dir, &ask))
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))?
     }
 
     /// The per-user limits and shares in force, as JSON (see the admin

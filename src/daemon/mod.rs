@@ -12,6 +12,7 @@ pub mod job_env;
 pub mod job_object;
 pub mod journal;
 pub mod listing;
+pub mod monitor;
 pub mod options;
 pub mod outcome;
 pub mod output;

@@ -585,10 +585,16 @@ t0=$(ticks); sleep 12; idle=$(( $(ticks) - t0 ))
 t0=$(ticks)
 rc=0; live=$(as_user alice timeout 60 script -qec "stty rows 24 cols 80; xlurm top" /dev/null < <(sleep 12; printf q; sleep 5) 2>&1) || rc=$?
 open=$(( $(ticks) - t0 ))
-note "xlurmd's CPU over 12 s: $idle ticks without xlurm top, $open with it open ($hz ticks a second): $(awk "BEGIN {printf \"%.2f\", ($open - $idle) * 100 / ($hz * 12)}")% of a CPU for top (goal < 1%)"
+cost=$(awk "BEGIN {printf \"%.2f\", ($open - $idle) * 100 / ($hz * 12)}")
+# Under emulation (TCG) every call costs several times what it does on the
+# hardware the 1% goal is for, and xlurmd idle here costs about as much: the
+# scenario fails only past 5%, which refreshing the whole queue would reach.
+note "xlurmd's CPU over 12 s: $idle ticks without xlurm top, $open with it open ($hz ticks a second): ${cost}% of a CPU for top (goal < 1% on hardware)"
+awk "BEGIN {exit !($cost < 5)}" || fail "an open xlurm top costs xlurmd ${cost}% of a CPU"
 assert_eq 0 "$rc" "xlurm top on a terminal, ended by q"
 assert_contains "$live" "accelerators" "the live screen"
-assert_contains "$live" "job $jidle" "the live screen's jobs"
+# The screen is drawn word by word with cursor moves: look for one word.
+assert_contains "$live" "IdleGPU" "the live screen's running job"
 prom=/var/lib/prometheus/node-exporter/xlurm.prom
 mkdir -p "$(dirname "$prom")"
 systemctl start xlurm-metrics.timer
