@@ -17,7 +17,7 @@ use common::rss_kib;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use xlurm::cli::client::{Dict, SchedulerProxy};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
@@ -209,6 +209,61 @@ async fn main() {
         "(daemon RSS at the start: {:.1} MiB)",
         rss_empty as f64 / 1024.0
     );
+    top_cost(&xlurm, addr, pid, queued);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Process `pid`'s CPU time so far (user + system), seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)) as f64 / hz
+}
+
+/// What an open `xlurm top` costs the daemon (`pid`) with `queued` jobs:
+/// its CPU over 10 s with a live top on an 80x24 terminal (`script`), less
+/// its CPU over 10 s without (issue 20: under 1% of a CPU).
+fn top_cost(xlurm: &std::path::Path, addr: &str, pid: u32, queued: usize) {
+    let window = Duration::from_secs(10);
+    let c0 = cpu_secs(pid);
+    std::thread::sleep(window);
+    let idle = cpu_secs(pid) - c0;
+    let cmd = format!("stty rows 24 cols 80; {} top", xlurm.display());
+    let c0 = cpu_secs(pid);
+    let mut top = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", addr)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs xlurm top on a terminal");
+    std::thread::sleep(window);
+    let open = cpu_secs(pid) - c0;
+    if let Some(mut stdin) = top.stdin.take() {
+        use std::io::Write;
+        let _ = stdin.write_all(b"q");
+    }
+    let out = top.wait_with_output().expect("xlurm top's output");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("pending") && out.status.success(),
+        "xlurm top did not run: {:?} {screen} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "xlurm top open with {queued} jobs: daemon CPU {:.3} s over 10 s ({:.3} s without): {:.2}% of a CPU (goal < 1%)",
+        open,
+        idle,
+        (open - idle).max(0.0) * 100.0 / window.as_secs_f64()
+    );
 }
