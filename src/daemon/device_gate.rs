@@ -160,6 +160,14 @@ pub fn existing_dropins(runtime_units: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether the drop-ins at `paths` are exactly `wanted`, text and all.
+fn same_dropins(paths: &[PathBuf], wanted: &[(PathBuf, String)]) -> bool {
+    paths.len() == wanted.len()
+        && wanted.iter().all(|(p, text)| {
+            paths.contains(p) && std::fs::read_to_string(p).is_ok_and(|t| &t == text)
+        })
+}
+
 /// Checks `--gate-exempt`: service names, comma-separated (empty: none).
 pub fn parse_exempt(text: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
@@ -382,6 +390,12 @@ async fn apply(
     if !on && before.is_empty() {
         return Ok(());
     }
+    // Already in place, as at an xlurmd restart within a boot: the slices
+    // there are got the policy when the drop-ins were written, and later
+    // ones get it from the drop-ins. No property to set, no reload.
+    if on && same_dropins(&before, &wanted) {
+        return Ok(());
+    }
     let system_was = before
         .iter()
         .any(|p| p.starts_with(dir.join("system.slice.d")));
@@ -543,6 +557,18 @@ Block devices:
         )
         .unwrap();
         assert_eq!(existing_dropins(dir.path()).len(), 5);
+        // What is on disk is what is wanted: nothing to do again.
+        let on_disk = existing_dropins(dir.path());
+        assert!(same_dropins(&on_disk, &all));
+        // Not when a text differs (a new driver in the list) or one is missing.
+        let more = dropins(
+            dir.path(),
+            &["char-mem rwm".into(), "char-tty rwm".into()],
+            true,
+            &exempt,
+        );
+        assert!(!same_dropins(&on_disk, &more));
+        assert!(!same_dropins(&on_disk, &user_only));
     }
 
     #[test]
