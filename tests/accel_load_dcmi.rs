@@ -3,20 +3,9 @@
 //! simulated library.
 
 mod accel_rig;
-use accel_rig::Rig;
-use xlurm::accel::{Backend, Condition, DevicePoll, DiscoveredDevice, Load};
+use accel_rig::{loads, polls, Rig};
+use xlurm::accel::{Condition, Load};
 use xlurm::core::Vendor;
-
-fn polls(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<DevicePoll> {
-    backend.poll(devices).unwrap()
-}
-
-fn loads(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<Load> {
-    polls(backend, devices)
-        .into_iter()
-        .map(|p| p.load)
-        .collect()
-}
 
 const MIB: u64 = 1 << 20;
 

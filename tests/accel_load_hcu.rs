@@ -2,20 +2,9 @@
 //! bytes), against the simulated library (health from the fake hy-smi).
 
 mod accel_rig;
-use accel_rig::Rig;
-use xlurm::accel::{Backend, Condition, DevicePoll, DiscoveredDevice, Load};
+use accel_rig::{loads, polls, Rig};
+use xlurm::accel::{Backend, Condition, DiscoveredDevice, Load};
 use xlurm::core::Vendor;
-
-fn polls(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<DevicePoll> {
-    backend.poll(devices).unwrap()
-}
-
-fn loads(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<Load> {
-    polls(backend, devices)
-        .into_iter()
-        .map(|p| p.load)
-        .collect()
-}
 
 const STATE: &str = "\
 device uuid=0x1111aaaa bdf=0000:9a:00.0 procs=300 util=73 mem_used=4294967296 mem_total=68719476736

@@ -2,20 +2,9 @@
 //! memory sub-object's total and used bytes), against the simulated library.
 
 mod accel_rig;
-use accel_rig::Rig;
-use xlurm::accel::{Backend, DevicePoll, DiscoveredDevice, Load};
+use accel_rig::{loads, polls, Rig};
+use xlurm::accel::{Backend, DiscoveredDevice, Load};
 use xlurm::core::Vendor;
-
-fn polls(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<DevicePoll> {
-    backend.poll(devices).unwrap()
-}
-
-fn loads(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<Load> {
-    polls(backend, devices)
-        .into_iter()
-        .map(|p| p.load)
-        .collect()
-}
 
 const STATE: &str = "\
 device uuid=MTT-0 bdf=0000:1a:00.0 util=73 mem_used=4294967296 mem_total=51539607552

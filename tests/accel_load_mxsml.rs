@@ -3,20 +3,9 @@
 //! library.
 
 mod accel_rig;
-use accel_rig::Rig;
-use xlurm::accel::{Backend, Condition, DevicePoll, DiscoveredDevice, Load};
+use accel_rig::{loads, polls, Rig};
+use xlurm::accel::{Backend, Condition, DiscoveredDevice, Load};
 use xlurm::core::Vendor;
-
-fn polls(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<DevicePoll> {
-    backend.poll(devices).unwrap()
-}
-
-fn loads(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<Load> {
-    polls(backend, devices)
-        .into_iter()
-        .map(|p| p.load)
-        .collect()
-}
 
 /// 1 GiB and 100 bytes used: exact from the extension API, 1 GiB in the base API's KB.
 const STATE: &str = "\

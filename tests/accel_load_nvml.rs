@@ -2,18 +2,9 @@
 //! T-Head's HGML, which copies it, against the simulated libraries.
 
 mod accel_rig;
-use accel_rig::Rig;
-use xlurm::accel::{Backend, Load};
+use accel_rig::{loads, Rig};
+use xlurm::accel::Load;
 use xlurm::core::Vendor;
-
-fn loads(backend: &dyn Backend, devices: &[xlurm::accel::DiscoveredDevice]) -> Vec<Load> {
-    backend
-        .poll(devices)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.load)
-        .collect()
-}
 
 #[test]
 fn nvml_reports_utilization_and_memory_and_a_failed_part_is_left_out() {

@@ -176,3 +176,16 @@ impl Rig {
         )
     }
 }
+
+/// Each device's answers from one poll of `backend` (which must not fail).
+pub fn polls(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<xlurm::accel::DevicePoll> {
+    backend.poll(devices).unwrap()
+}
+
+/// Each device's load from one poll of `backend`.
+pub fn loads(backend: &dyn Backend, devices: &[DiscoveredDevice]) -> Vec<xlurm::accel::Load> {
+    polls(backend, devices)
+        .into_iter()
+        .map(|p| p.load)
+        .collect()
+}
