@@ -388,3 +388,40 @@ mod tests {
         assert_eq!(state_name(200), "UNKNOWN");
     }
 }
+
+#[cfg(test)]
+mod usage_option_tests {
+    use super::*;
+    use crate::wire::error::ApiError;
+    use crate::wire::spec::entry;
+
+    fn ask(pairs: Vec<(String, zbus::OwnedVariant)>) -> Result<UsageAsk, ApiError> {
+        parse_usage(&pairs.into_iter().collect(), 1000, 10_000_000)
+    }
+
+    #[test]
+    fn get_usage_options_default_to_the_callers_last_30_days_and_refuse_bad_ones() {
+        let a = ask(vec![]).unwrap();
+        assert_eq!(a.query.uid, Some(1000));
+        assert_eq!(a.query.since, 10_000_000 - 30 * 86_400);
+        assert!(!a.all_users);
+        assert!(ask(vec![entry("all_users", true)])
+            .unwrap()
+            .query
+            .uid
+            .is_none());
+        let refused = [
+            vec![entry("bogus", 1u32)],
+            vec![entry("period", "year")],
+            vec![entry("period", 3u32)],
+            vec![entry("since", 5u64), entry("until", 5u64)],
+            vec![entry("since", "yesterday")],
+            vec![entry("utc_offset", 15 * 3600)],
+            vec![entry("all_users", "yes")],
+        ];
+        for opts in refused {
+            let text = format!("{opts:?}");
+            assert!(matches!(ask(opts), Err(ApiError::InvalidArgs(_))), "{text}");
+        }
+    }
+}
