@@ -1,6 +1,43 @@
 //! xlurm, xrun, xbatch, xqueue, xcancel, xinfo: see `xlurm::cli`.
+//!
+//! Every `xbatch` or `xqueue` is a start of this program, so it starts lean
+//! (issue 21): its own C `main` skips what Rust's runtime does first (the
+//! main thread's stack-overflow guard reads `/proc/self/maps`), and
+//! `build.rs` links it without PIE relocations or `libgcc_s`. What of the
+//! runtime's start it needs, it does itself ([`std_fds_open`]); `std::env::args`
+//! still works, as glibc hands the arguments to the standard library.
+#![no_main]
 
-fn main() {
+/// Opens `/dev/null` on any of 0, 1 and 2 that is closed, as Rust's own
+/// runtime does, so that no file this program opens (an `--output` file it
+/// passes to xlurmd) becomes its standard output.
+fn std_fds_open() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: poll reads and writes only the three entries given.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
+        return;
+    }
+    for p in fds {
+        if p.revents & libc::POLLNVAL != 0 {
+            // SAFETY: open with a static C string; the lowest free descriptor is the closed one.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    // A panic prints its message and ends the process with 101, as under
+    // Rust's own `main`, instead of unwinding out of a C function.
+    std::panic::catch_unwind(run).unwrap_or(101)
+}
+
+fn run() -> libc::c_int {
+    std_fds_open();
     // Die quietly on a closed pipe (`xqueue | head`), as other Unix tools do.
     // SAFETY: setting a signal's disposition to the default before any threads start.
     unsafe {

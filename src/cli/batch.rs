@@ -2,9 +2,7 @@
 
 use super::client::{connect, get};
 use super::sbatch::apply_sbatch;
-use super::submit::{
-    copied_output, default_gpu_hint, output_of, settle_gpus, spec_from, submit_with_output,
-};
+use super::submit::{copied_output, output_of, spec_from, submit_with_output};
 use super::BatchArgs;
 use crate::core::request::format_bytes;
 use anyhow::{bail, Context, Result};
@@ -35,7 +33,6 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         a.res.name = Some(file_name.unwrap_or_else(|| "wrap".into()));
     }
     let p = connect(user).await?;
-    let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, args, Some(script))?;
     // An array's tasks each write their own file (%A_%a), which each opens
     // as you when it starts; a single job's file is opened here, now.
@@ -49,9 +46,8 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         }
         _ => output_of(&a.res)?,
     };
-    let (id, info) = submit_with_output(&p, spec, output, user)
-        .await
-        .map_err(|e| default_gpu_hint(e, defaulted))?;
+    let (id, info) = submit_with_output(&p, spec, output, user).await?;
+    let defaulted = get::<bool>(&info, "gpus_default").unwrap_or(false);
     let mem = get::<u64>(&info, "mem")
         .map(format_bytes)
         .unwrap_or_default();

@@ -14,7 +14,7 @@
 use super::client::{connect, explain, get_str, Dict, SchedulerProxy};
 use super::follow::{say, stamp, Stops};
 use super::run::exit_code_of;
-use super::submit::{default_gpu_hint, settle_gpus, spec_from, submit_with_output};
+use super::submit::{spec_from, submit_with_output};
 use super::SubmitArgs;
 use anyhow::{anyhow, Context, Result};
 use nix::fcntl::OFlag;
@@ -122,16 +122,13 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
     }
     let pty = Pty::open()?;
     let p = connect(user).await?;
-    let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let mut spec = spec_from(&a.res, a.command.clone(), None)?;
     let fd = zbus::Fd::from(&pty.peer);
     let v = zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd))
         .map_err(|e| anyhow!("cannot pass the terminal: {e}"))?;
     spec.insert(crate::wire::pty::SPEC_KEY.into(), v);
     let mut changes = p.receive_job_state_changed().await?;
-    let (id, _) = submit_with_output(&p, spec, None, user)
-        .await
-        .map_err(|e| default_gpu_hint(e, defaulted))?;
+    let (id, _) = submit_with_output(&p, spec, None, user).await?;
     // xlurmd holds it now (then systemd): the job's end closes the last one.
     drop(pty.peer);
     let stdin = std::io::stdin();

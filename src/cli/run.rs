@@ -3,7 +3,7 @@
 
 use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
 use super::follow::{say, stamp, stdout_closed, wait_for_change, LogStream, Stops};
-use super::submit::{default_gpu_hint, output_of, settle_gpus, spec_from, submit_with_output};
+use super::submit::{output_of, spec_from, submit_with_output};
 use super::SubmitArgs;
 use anyhow::Result;
 use std::time::{Duration, Instant};
@@ -19,14 +19,13 @@ pub fn exit_code_of(job: &Dict) -> i32 {
     get::<i32>(job, "exit_code").unwrap_or(1)
 }
 
-pub(super) async fn run(mut a: SubmitArgs, user: bool) -> Result<i32> {
+pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     if a.res.requeue || a.res.array.is_some() {
         anyhow::bail!(
             "--requeue and --array are for batch jobs (xbatch), as in Slurm: xrun waits for its one run"
         );
     }
     let p = connect(user).await?;
-    let defaulted = settle_gpus(&p, &mut a.res, user).await?;
     let spec = spec_from(&a.res, a.command.clone(), None)?;
     let output = output_of(&a.res)?;
     // Subscribe before submitting, so no state change is missed.
@@ -38,9 +37,7 @@ pub(super) async fn run(mut a: SubmitArgs, user: bool) -> Result<i32> {
     unsafe {
         nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_IGN);
     }
-    let (id, _) = submit_with_output(&p, spec, output, user)
-        .await
-        .map_err(|e| default_gpu_hint(e, defaulted))?;
+    let (id, _) = submit_with_output(&p, spec, output, user).await?;
     // Created once, before the loop: a signal that arrives while xrun is busy
     // elsewhere is kept for the next select.
     let mut stops = Stops::new()?;

@@ -40,46 +40,6 @@ pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path)
     bail!("{cmd}: command not found in your PATH")
 }
 
-/// The device count of a job that names none (no `-g`, no `-i`, no
-/// `#SBATCH` GPU directive): 1 on a machine with accelerators, 0 without,
-/// as the xlurm seed did. `machine` is what `GetMachine` answered.
-pub fn default_gpus(machine: &Dict) -> u32 {
-    let devices = machine
-        .get("devices")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Vec::<Dict>::try_from(v).ok())
-        .unwrap_or_default();
-    u32::from(!devices.is_empty())
-}
-
-/// Gives `res` its default `-g` when it names no devices ([`default_gpus`]);
-/// returns whether a device was asked for that way.
-pub(super) async fn settle_gpus(
-    p: &SchedulerProxy<'_>,
-    res: &mut ResourceArgs,
-    user: bool,
-) -> Result<bool> {
-    if res.gpus.is_some() || !res.device_ids.is_empty() {
-        return Ok(false);
-    }
-    let machine = p.get_machine().await.map_err(|e| explain(e, user))?;
-    let n = default_gpus(&machine);
-    res.gpus = Some(n);
-    Ok(n > 0)
-}
-
-/// A refusal of a job that got its device by default says how to ask for none.
-pub(super) fn default_gpu_hint(e: anyhow::Error, defaulted: bool) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if defaulted && text.contains("device") {
-        anyhow!(
-            "{text} (-g defaults to 1 on this machine, which has accelerators; -g 0 asks for none)"
-        )
-    } else {
-        e
-    }
-}
-
 pub(super) fn spec_from(
     res: &ResourceArgs,
     mut argv: Vec<String>,
@@ -120,15 +80,16 @@ pub(super) fn spec_from(
             parse_bytes(m).map_err(|e| anyhow!("--mem: {e}"))?,
         ));
     }
-    let gpus = match (res.gpus, res.device_ids.len()) {
+    match (res.gpus, res.device_ids.len()) {
         (Some(g), n) if n > 0 && g as usize != n => {
             bail!("-g {g} does not match the {n} IDs given with -i")
         }
-        (Some(g), _) => g,
-        (None, n) if n > 0 => n as u32,
-        (None, _) => 0,
-    };
-    add(entry("gpus", gpus));
+        (Some(g), _) => add(entry("gpus", g)),
+        (None, n) if n > 0 => add(entry("gpus", n as u32)),
+        // No -g, no -i: one device where the machine has accelerators, none
+        // where it has none, settled by xlurmd (a submission is one call).
+        (None, _) => add(entry("gpus_default", true)),
+    }
     if !res.device_ids.is_empty() {
         add(entry("device_ids", res.device_ids.clone()));
     }
@@ -348,23 +309,29 @@ mod tests {
     }
 
     #[test]
-    fn the_default_device_count_is_one_where_the_machine_has_accelerators() {
-        let machine = |devices: usize| {
-            let list: Vec<Dict> = (0..devices)
-                .map(|i| Dict::from([entry("index", i as u32)]))
-                .collect();
-            Dict::from([entry("devices", list)])
-        };
-        assert_eq!(default_gpus(&machine(0)), 0);
-        assert_eq!(default_gpus(&machine(1)), 1);
-        assert_eq!(default_gpus(&machine(8)), 1);
-        assert_eq!(default_gpus(&Dict::new()), 0);
-        let e = default_gpu_hint(anyhow!("asks for 1 devices, but no vendor here"), true);
-        assert!(format!("{e}").ends_with("-g 0 asks for none)"), "{e}");
-        let e = default_gpu_hint(anyhow!("asks for 1 devices, but no vendor here"), false);
-        assert_eq!(format!("{e}"), "asks for 1 devices, but no vendor here");
-        let e = default_gpu_hint(anyhow!("asks for 99 CPUs"), true);
-        assert_eq!(format!("{e}"), "asks for 99 CPUs");
+    fn a_job_that_names_no_devices_leaves_the_default_to_xlurmd() {
+        let spec = |res: &ResourceArgs| spec_from(res, vec!["/bin/true".into()], None).unwrap();
+        let get_u = |d: &Dict, k: &str| super::super::client::get::<u32>(d, k);
+        let get_b = |d: &Dict, k: &str| super::super::client::get::<bool>(d, k);
+        let none = spec(&ResourceArgs::default());
+        assert_eq!(get_b(&none, "gpus_default"), Some(true));
+        assert_eq!(get_u(&none, "gpus"), None, "no count: xlurmd settles it");
+        let zero = spec(&ResourceArgs {
+            gpus: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(
+            (get_u(&zero, "gpus"), get_b(&zero, "gpus_default")),
+            (Some(0), None)
+        );
+        let ids = spec(&ResourceArgs {
+            device_ids: vec![1, 3],
+            ..Default::default()
+        });
+        assert_eq!(
+            (get_u(&ids, "gpus"), get_b(&ids, "gpus_default")),
+            (Some(2), None)
+        );
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl SchedulerApi {
         let mut info = Dict::new();
         put(&mut info, "mem", s.mem_bytes);
         put(&mut info, "mem_default", s.mem_default);
+        put(&mut info, "gpus_default", s.gpus_defaulted);
         Ok((s.id, info))
     }
 

@@ -31,6 +31,10 @@ pub struct Spec {
     pub env: Option<Vec<String>>,
     pub name: String,
     pub request: Request,
+    /// `gpus_default`, with no `gpus` and no `device_ids` given: one device
+    /// on a machine with accelerators, none without (the CLI's default,
+    /// settled by xlurmd so that a submission is one call).
+    pub gpus_default: bool,
     /// `--nice`: positive lowers the job's priority (checked against the
     /// caller at submission: `core::priority::check_nice`).
     pub nice: i32,
@@ -196,10 +200,9 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
     if ids.len() > MAX_DEVICE_IDS || exclude.len() > MAX_DEVICE_IDS {
         return err(format!("at most {MAX_DEVICE_IDS} device IDs"));
     }
-    let count = match r.get::<u32>("gpus")? {
-        Some(n) => n,
-        None => ids.len() as u32,
-    };
+    let gpus: Option<u32> = r.get("gpus")?;
+    let gpus_default = r.get("gpus_default")?.unwrap_or(false) && gpus.is_none() && ids.is_empty();
+    let count = gpus.unwrap_or(ids.len() as u32);
     let request = Request {
         cpus: r.get("cpus")?.unwrap_or(1),
         mem_bytes: r.get("mem")?,
@@ -220,6 +223,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         env: if clean_env { None } else { env },
         name,
         request,
+        gpus_default,
         nice: r.get("nice")?.unwrap_or(0),
         hold: r.get("hold")?.unwrap_or(false),
         dependency: match r.get::<String>("dependency")? {

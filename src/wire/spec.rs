@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 22] = [
+pub const KEYS: [(&str, &str); 23] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -14,6 +14,7 @@ pub const KEYS: [(&str, &str); 22] = [
     ("cpus", "u"),
     ("mem", "t"),
     ("gpus", "u"),
+    ("gpus_default", "b"),
     ("vendor", "s"),
     ("device_ids", "au"),
     ("exclude_device_ids", "au"),

@@ -39,7 +39,7 @@ pub use gate::hold_by;
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};
 use submit::write_script;
-pub use submit::{device_setup, DeviceSetup, Submitted};
+pub use submit::{device_setup, DeviceSetup, Submitted, GPU_DEFAULT_HINT};
 
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;

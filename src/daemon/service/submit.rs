@@ -12,7 +12,13 @@ pub struct Submitted {
     pub id: JobId,
     pub mem_bytes: u64,
     pub mem_default: bool,
+    /// It got its device by `gpus_default` (the machine has accelerators).
+    pub gpus_defaulted: bool,
 }
+
+/// What a refusal of a job that got its device by default adds: how to ask for none.
+pub const GPU_DEFAULT_HINT: &str =
+    "-g defaults to 1 on this machine, which has accelerators; -g 0 asks for none";
 
 impl<U: Units> Daemon<U> {
     /// Queues jobs for `uid`. All specs are checked before any is queued.
@@ -38,7 +44,7 @@ impl<U: Units> Daemon<U> {
         &self,
         uid: u32,
         admin: bool,
-        specs: Vec<Spec>,
+        mut specs: Vec<Spec>,
         output: Option<(std::os::fd::OwnedFd, String)>,
         pty: Option<std::os::fd::OwnedFd>,
     ) -> ApiResult<Vec<Submitted>> {
@@ -71,10 +77,25 @@ impl<U: Units> Daemon<U> {
         let (user, gid) = user_name(uid);
         let owner = crate::core::Owner { uid, gid };
         let mut st = self.state.lock().await;
+        let accelerators = !st.sched.machine().devices.is_empty();
+        let mut defaulted = Vec::with_capacity(specs.len());
+        for spec in &mut specs {
+            let d = spec.gpus_default && accelerators;
+            if d {
+                spec.request.devices.count = 1;
+            }
+            defaulted.push(d);
+        }
         let mut demands = Vec::with_capacity(specs.len());
+        let many = specs.len() > 1;
         for (i, spec) in specs.iter().enumerate() {
             let which = |e: String| {
-                if specs.len() > 1 {
+                let e = if defaulted[i] && e.contains("device") {
+                    format!("{e} ({GPU_DEFAULT_HINT})")
+                } else {
+                    e
+                };
+                if many {
                     format!("job {}: {e}", i + 1)
                 } else {
                     e
@@ -100,13 +121,14 @@ impl<U: Units> Daemon<U> {
         let now = now_usec();
         let mut out = Vec::with_capacity(specs.len());
         let mut new_jobs = Vec::with_capacity(specs.len());
-        for (spec, demand) in specs.into_iter().zip(demands) {
+        for ((spec, demand), gpus_defaulted) in specs.into_iter().zip(demands).zip(defaulted) {
             let id = st.next_id;
             st.next_id += 1;
             out.push(Submitted {
                 id,
                 mem_bytes: demand.mem_bytes,
                 mem_default: demand.mem_default,
+                gpus_defaulted,
             });
             let command = Command {
                 argv: spec.argv,

@@ -43,7 +43,7 @@ fn found() -> Vec<DiscoveredDevice> {
         .collect()
 }
 
-fn two_gpus() -> (Machine, Vec<crate::accel::Active>) {
+pub(super) fn two_gpus() -> (Machine, Vec<crate::accel::Active>) {
     let machine = Machine::new(
         Topology::uniform(2, 2, 1 << 30),
         found().iter().map(DiscoveredDevice::to_device).collect(),

@@ -174,6 +174,64 @@ fn on_disk(dir: &std::path::Path) -> BTreeMap<JobId, JobState> {
 }
 
 #[tokio::test]
+async fn gpus_default_is_one_device_where_there_are_accelerators_and_none_elsewhere() {
+    let with = |extra: Vec<(String, zbus::OwnedVariant)>| {
+        let mut pairs = vec![
+            entry("argv", vec!["/bin/true".to_string()]),
+            entry("cwd", "/"),
+            entry("gpus_default", true),
+        ];
+        pairs.extend(extra);
+        spec(pairs)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_of(
+        dir.path(),
+        MemoryUnits::default(),
+        efficiency::two_gpus(),
+        |_| {},
+        |_| {},
+    )
+    .await;
+    let got = d.submit(1000, vec![with(vec![])]).await.unwrap()[0].clone();
+    assert!(got.gpus_defaulted);
+    assert_eq!(job(&d, got.id).await.demand.devices.count, 1);
+    // A count or IDs given win over the default.
+    let got = d
+        .submit(1000, vec![with(vec![entry("gpus", 0u32)])])
+        .await
+        .unwrap()[0]
+        .clone();
+    assert!(!got.gpus_defaulted);
+    assert_eq!(job(&d, got.id).await.demand.devices.count, 0);
+    let got = d
+        .submit(1000, vec![with(vec![entry("device_ids", vec![1u32])])])
+        .await
+        .unwrap()[0]
+        .clone();
+    assert!(!got.gpus_defaulted);
+    assert_eq!(job(&d, got.id).await.demand.devices.ids, vec![1]);
+    // A refusal of the defaulted device says how to ask for none.
+    let before = d.state.lock().await.counts();
+    let err = d
+        .submit(1000, vec![with(vec![entry("vendor", "ascend")])])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with(&format!("({GPU_DEFAULT_HINT})")),
+        "{err}"
+    );
+    assert_eq!(d.state.lock().await.counts(), before, "nothing queued");
+
+    // A machine without accelerators: no device, and no word of one.
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let got = d.submit(1000, vec![with(vec![])]).await.unwrap()[0].clone();
+    assert!(!got.gpus_defaulted);
+    assert_eq!(job(&d, got.id).await.demand.devices.count, 0);
+}
+
+#[tokio::test]
 async fn a_submission_is_queued_and_saved_and_a_bad_one_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;
