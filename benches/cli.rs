@@ -9,7 +9,10 @@
 //! `cargo bench --bench cli` prints each figure beside its goal.
 //! `XLURM_CLI_BENCH_SMALL=1` runs small counts (the CI smoke run: it checks
 //! that every workload runs, not the figures); `XLURM_BENCH_PRIVATE=1` runs
-//! xlurmd with `--list-is-public false`, where jobs have no D-Bus objects.
+//! xlurmd with `--list-is-public false`, where jobs have no D-Bus objects;
+//! `XLURM_CLI_BENCH_HOLD=N` starts the daemon, queues N jobs, prints the bus
+//! address and the daemon's PID, and waits 10 minutes (to trace a real
+//! `xbatch` or `xqueue` with `strace` or `perf` against it).
 
 mod common;
 
@@ -143,6 +146,11 @@ async fn main() {
     let c = SchedulerProxy::new(&conn).await.unwrap();
     let (bin, addr) = (bins.path(), bus.address.as_str());
     let pid = child.id();
+    if let Ok(n) = std::env::var("XLURM_CLI_BENCH_HOLD") {
+        queue(&c, n.parse().unwrap_or(0)).await;
+        println!("DBUS_SYSTEM_BUS_ADDRESS={addr} (xlurmd: PID {pid}); waiting 10 minutes");
+        std::thread::sleep(Duration::from_secs(600));
+    }
     println!(
         "xlurm as users meet it (real binaries as processes, private dbus-daemon, systemd double)"
     );

@@ -15,11 +15,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use xlurm::core::{Limits, Machine, Policy, Scheduler, Topology};
-use xlurm::daemon::service::{Daemon, Settings, State};
+use xlurm::core::Policy;
+use xlurm::daemon::service::Daemon;
 use xlurm::daemon::spec::{parse, Spec};
-use xlurm::daemon::store::Store;
-use xlurm::daemon::unit::UnitSettings;
 use xlurm::testing::memory_units::MemoryUnits;
 use xlurm::wire::spec::entry;
 
@@ -36,38 +34,7 @@ fn spec(extra: Vec<(String, zbus::OwnedVariant)>) -> Spec {
 }
 
 async fn daemon(dir: &std::path::Path, pending: usize) -> Arc<Daemon<MemoryUnits>> {
-    let (store, loaded) = Store::open(dir).expect("a state directory");
-    let machine = Machine::new(Topology::uniform(2, 8, 16 << 30), vec![]);
-    let limits = Limits {
-        max_running: 1000,
-        max_lifetime_secs: 3600,
-        min_job_mem: 64 << 20,
-    };
-    let sched = Scheduler::new(machine, Policy::EasyBackfill, limits);
-    let settings = Settings {
-        unit: UnitSettings {
-            slice: "xlurm.slice".into(),
-            user_mode: false,
-            script_dir: store.script_dir(),
-            stop_timeout_usec: 10_000_000,
-            tee_path: "/usr/bin/xlurm".into(),
-            memory_nodes: xlurm::daemon::unit::MemoryNodes::Fence,
-        },
-        budget: xlurm::core::Budget {
-            jobs: pending,
-            bytes: u64::MAX,
-            ..Default::default()
-        },
-        retention_secs: 3600,
-        accounting_retention_secs: 365 * 86_400,
-        list_is_public: true,
-        object_linger: std::time::Duration::from_secs(600),
-        journalctl: "/nonexistent/journalctl".into(),
-        idle: Default::default(),
-    };
-    let state = State::new(sched, loaded, store);
-    let (d, _changes) = Daemon::new(state, settings, MemoryUnits::default(), vec![]);
-    d
+    xlurm::testing::memory_daemon::in_memory(dir, Policy::EasyBackfill, pending).await
 }
 
 fn heap_in_use() -> u64 {

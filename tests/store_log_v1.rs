@@ -113,7 +113,7 @@ impl Rec {
             command: self.command,
             demand: self.demand,
             submit_usec: self.submit_usec,
-            output: self.output,
+            output: self.output.map(Box::new),
             nice: 0,
             gid: u32::MAX,
             requeue: false,

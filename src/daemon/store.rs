@@ -62,7 +62,7 @@ pub struct Store {
 /// What was found on disk at start.
 pub struct Loaded {
     /// Pending and running jobs.
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: crate::daemon::job::Jobs,
     /// Jobs that ended, in brief.
     pub ended: Ended,
     pub strings: Strings,
@@ -420,7 +420,7 @@ impl Store {
 
 /// What `rewrite` built.
 struct Rewritten {
-    jobs: BTreeMap<JobId, Job>,
+    jobs: crate::daemon::job::Jobs,
     ended: Ended,
     strings: Strings,
     at: HashMap<JobId, (u64, u32)>,
@@ -479,7 +479,7 @@ fn load(
     mut place: impl FnMut(&[u8], u32) -> Result<(u64, u32)>,
 ) -> Result<Rewritten> {
     let mut r = Rewritten {
-        jobs: BTreeMap::new(),
+        jobs: crate::daemon::job::Jobs::new(),
         ended: Ended::default(),
         strings: Strings::default(),
         at: HashMap::with_capacity(current.len()),

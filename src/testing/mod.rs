@@ -3,4 +3,5 @@
 
 pub mod bus;
 pub mod fake_systemd;
+pub mod memory_daemon;
 pub mod memory_units;

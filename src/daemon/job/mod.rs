@@ -7,10 +7,12 @@ mod array;
 mod brief;
 mod record;
 mod stage;
+mod table;
 
 pub use array::Task;
 pub use brief::{Brief, Ended, Strings};
 pub use stage::{After, End, Gate, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
+pub use table::Jobs;
 
 /// Job states, named as Slurm users know them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -113,8 +115,9 @@ pub struct Job {
     pub demand: Demand,
     /// Microseconds since the epoch.
     pub submit_usec: u64,
-    /// `--output`: where the job's output is also copied (see `daemon::output`).
-    pub output: Option<OutputCopy>,
+    /// `--output`: where the job's output is also copied (see `daemon::output`);
+    /// boxed, as most jobs have none.
+    pub output: Option<Box<OutputCopy>>,
     /// `--nice`: positive lowers its priority (see `core::priority`).
     pub nice: i32,
     /// Its owner's primary group when submitted (for group limits);
@@ -243,7 +246,7 @@ impl Job {
             command,
             demand,
             submit_usec,
-            output,
+            output: output.map(Box::new),
             nice: 0,
             gid: u32::MAX,
             requeue: false,

@@ -318,9 +318,11 @@ impl<U: Units> Daemon<U> {
     /// Whether a job's start is in flight.
     async fn any_in_flight(&self) -> bool {
         let st = self.state.lock().await;
-        st.jobs
+        let any = st
+            .jobs
             .values()
-            .any(|j| j.run().is_some_and(|r| r.in_flight()))
+            .any(|j| j.run().is_some_and(|r| r.in_flight()));
+        any
     }
 
     pub(super) async fn fail_launch(&self, id: JobId, detail: String) {

@@ -14,7 +14,7 @@ use crate::wire::bus::transient;
 use crate::wire::error::{ApiError, ApiResult};
 use crate::wire::time::now_usec;
 use anyhow::Result;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{Mutex, Notify};
 

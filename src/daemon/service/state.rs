@@ -7,7 +7,7 @@ pub struct State {
     pub sched: Scheduler,
     /// Jobs in full: pending, running, and those that ended a short while ago
     /// (while their D-Bus object lingers); see [`State::retire`].
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: crate::daemon::job::Jobs,
     /// Jobs that ended, in brief; their whole record is in the store.
     pub ended: Ended,
     pub(super) strings: Strings,

@@ -5,6 +5,7 @@ use super::*;
 use crate::core::{Limits, Machine, Policy, Topology};
 use crate::testing::memory_units::{MemoryUnits, CPU_NSEC};
 use crate::wire::spec::entry;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 type Changes = tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>;
@@ -55,28 +56,11 @@ async fn daemon_of(
     };
     let mut sched = Scheduler::new(machine, Policy::FifoStrict, limits);
     sched_tweak(&mut sched);
-    let settings = Settings {
-        unit: UnitSettings {
-            slice: "xlurm.slice".into(),
-            user_mode: false,
-            script_dir: store.script_dir(),
-            stop_timeout_usec: 10_000_000,
-            tee_path: "/usr/bin/xlurm".into(),
-            memory_nodes: crate::daemon::unit::MemoryNodes::Fence,
-        },
-        budget: crate::core::Budget {
-            jobs: 3,
-            ..Default::default()
-        },
-        retention_secs: 3600,
-        accounting_retention_secs: 365 * 86_400,
-        list_is_public: true,
-        object_linger: Duration::from_secs(600),
-        // No journal: a vanished unit cannot be told apart from a lost start.
-        journalctl: "/nonexistent/journalctl".into(),
-        idle: Default::default(),
+    let mut settings = crate::testing::memory_daemon::settings(&store);
+    settings.budget = crate::core::Budget {
+        jobs: 3,
+        ..Default::default()
     };
-    let mut settings = settings;
     tweak(&mut settings);
     let (d, changes) = Daemon::new(State::new(sched, loaded, store), settings, units, accel);
     d.readopt().await.unwrap();
