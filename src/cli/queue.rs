@@ -89,7 +89,8 @@ pub(crate) async fn active_jobs(
 /// The `xqueue` table. `now` is microseconds since the epoch.
 pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
     use std::fmt::Write;
-    let mut out = String::new();
+    // About a hundred bytes a row: one allocation for the whole table.
+    let mut out = String::with_capacity(128 * (jobs.len() + 1));
     // Wide enough for the longest array label (123_[5-99%8]).
     let w = jobs.iter().map(|j| j.array.len()).max().unwrap_or(0).max(6);
     let _ = writeln!(
@@ -106,6 +107,9 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
         "TIME",
         if all { "EXIT/REASON" } else { "REASON" }
     );
+    // Cells are padded here, not by `format!`'s `{:<10}`, which writes
+    // each space on its own (a tenth of a 100,000-job listing's time).
+    let mut cell = String::new();
     for j in jobs {
         let time = match &*j.state {
             "PENDING" => now.saturating_sub(j.submit_time),
@@ -113,37 +117,83 @@ pub fn queue_table(jobs: &[Line<'_>], all: bool, now: u64) -> String {
             _ if j.start_time > 0 => j.end_time.saturating_sub(j.start_time),
             _ => 0,
         } / 1_000_000;
-        let mem = format!("{}{}", format_bytes(j.mem), if j.spread { "+" } else { "" });
-        let last = match &*j.state {
-            "PENDING" => j.reason.to_string(),
-            // A flag (IdleGPU) when the daemon set one.
-            "RUNNING" => j.reason.to_string(),
-            _ if j.exit_code >= 0 => j.exit_code.to_string(),
-            _ => String::new(),
-        };
-        let name: String = j.name.chars().take(16).collect();
         // An array's task as Slurm names it (123_4), its pending rest 123_[5-99%8].
-        let id = if j.array.is_empty() {
-            j.id.to_string()
+        cell.clear();
+        if j.array.is_empty() {
+            let _ = write!(cell, "{}", j.id);
         } else {
-            j.array.to_string()
-        };
-        let _ = writeln!(
-            out,
-            "{:>w$} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
-            id,
-            j.user,
-            name,
-            j.state,
-            j.devices,
-            j.cpus,
-            mem,
-            local_time(j.start_time, all),
-            duration(time),
-            last
-        );
+            cell.push_str(&j.array);
+        }
+        pad(&mut out, &cell, w, Align::Right);
+        out.push(' ');
+        pad(&mut out, &j.user, 10, Align::Left);
+        out.push(' ');
+        let name_end = j
+            .name
+            .char_indices()
+            .nth(16)
+            .map_or(j.name.len(), |(i, _)| i);
+        pad(&mut out, &j.name[..name_end], 16, Align::Left);
+        out.push(' ');
+        pad(&mut out, &j.state, 13, Align::Left);
+        out.push(' ');
+        pad(&mut out, &j.devices, 10, Align::Left);
+        out.push(' ');
+        cell.clear();
+        let _ = write!(cell, "{}", j.cpus);
+        pad(&mut out, &cell, 4, Align::Right);
+        out.push(' ');
+        cell.clear();
+        cell.push_str(&format_bytes(j.mem));
+        if j.spread {
+            cell.push('+');
+        }
+        pad(&mut out, &cell, 7, Align::Right);
+        out.push(' ');
+        pad(&mut out, &local_time(j.start_time, all), 14, Align::Left);
+        out.push(' ');
+        pad(&mut out, &duration(time), 10, Align::Right);
+        out.push(' ');
+        match &*j.state {
+            // A flag (IdleGPU) when the daemon set one.
+            "PENDING" | "RUNNING" => out.push_str(&j.reason),
+            _ if j.exit_code >= 0 => {
+                let _ = write!(out, "{}", j.exit_code);
+            }
+            _ => {}
+        }
+        out.push('\n');
     }
     out
+}
+
+enum Align {
+    Left,
+    Right,
+}
+
+/// `s` in a cell `width` characters wide (never cut), as `{:<width$}` and
+/// `{:>width$}` would put it.
+fn pad(out: &mut String, s: &str, width: usize, align: Align) {
+    fn spaces(out: &mut String, mut n: usize) {
+        const SPACES: &str = "                                ";
+        while n > 0 {
+            let k = n.min(SPACES.len());
+            out.push_str(&SPACES[..k]);
+            n -= k;
+        }
+    }
+    let fill = width.saturating_sub(s.chars().count());
+    match align {
+        Align::Left => {
+            out.push_str(s);
+            spaces(out, fill);
+        }
+        Align::Right => {
+            spaces(out, fill);
+            out.push_str(s);
+        }
+    }
 }
 
 /// `xqueue --start`: each pending job's priority and estimated start (one
@@ -394,6 +444,27 @@ mod tests {
             exit_code: if state == "FAILED" { 7 } else { -1 },
             detail: "".into(),
             array: "".into(),
+        }
+    }
+
+    #[test]
+    fn cells_are_padded_as_format_pads_them() {
+        for s in [
+            "",
+            "a",
+            "alice",
+            "ünïcödé-näme",
+            "exactly-ten",
+            &"x".repeat(40),
+        ] {
+            for w in [0, 1, 4, 10, 16, 40, 70] {
+                let mut left = String::new();
+                pad(&mut left, s, w, Align::Left);
+                assert_eq!(left, format!("{s:<w$}"), "{s:?} left in {w}");
+                let mut right = String::new();
+                pad(&mut right, s, w, Align::Right);
+                assert_eq!(right, format!("{s:>w$}"), "{s:?} right in {w}");
+            }
         }
     }
 

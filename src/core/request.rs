@@ -10,7 +10,7 @@ use super::machine::Machine;
 use serde::{Deserialize, Serialize};
 
 /// Which devices a job wants.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Eq, Serialize, Deserialize)]
 pub struct DeviceRequest {
     /// How many devices; 0 makes a CPU job. Must equal `ids.len()` when IDs are given.
     pub count: u32,
@@ -20,6 +20,31 @@ pub struct DeviceRequest {
     pub ids: Vec<u32>,
     /// IDs never to use (`-x`); not combinable with `ids`.
     pub exclude: Vec<u32>,
+}
+
+/// As derived, but two empty ID lists (most jobs) compare without a call
+/// to `memcmp`: listing 100,000 pending jobs compares each one's demand with
+/// the one before, and the derived comparison was a quarter of its time.
+impl PartialEq for DeviceRequest {
+    fn eq(&self, other: &DeviceRequest) -> bool {
+        fn same(a: &[u32], b: &[u32]) -> bool {
+            a.len() == b.len() && (a.is_empty() || a == b)
+        }
+        self.count == other.count
+            && self.vendor == other.vendor
+            && same(&self.ids, &other.ids)
+            && same(&self.exclude, &other.exclude)
+    }
+}
+
+/// The same fields as `eq` compares, as derived.
+impl std::hash::Hash for DeviceRequest {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.count.hash(h);
+        self.vendor.hash(h);
+        self.ids.hash(h);
+        self.exclude.hash(h);
+    }
 }
 
 /// A job's resource request as submitted.

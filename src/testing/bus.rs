@@ -56,8 +56,12 @@ impl PrivateBus {
         })
     }
 
+    /// A connection to the bus. Its method calls time out after a minute,
+    /// so a test whose daemon stops answering fails naming the call
+    /// instead of hanging the whole run.
     pub async fn connect(&self) -> Result<zbus::Connection> {
         let conn = zbus::connection::Builder::address(self.address.as_str())
+            .method_timeout(std::time::Duration::from_secs(60))
             .build()
             .await
             .context("connecting to the private bus")?;

@@ -194,3 +194,55 @@ fn set_disabled_validates_whole_list_first() {
     s.set_disabled(Vendor::Nv, &[1], true).unwrap();
     assert!(s.machine().devices[1].disabled);
 }
+
+#[test]
+fn device_requests_are_equal_exactly_when_every_field_is() {
+    use crate::core::{DeviceRequest, Vendor};
+    let base = DeviceRequest {
+        count: 2,
+        vendor: Some(Vendor::Nv),
+        ids: vec![],
+        exclude: vec![],
+    };
+    assert_eq!(base, base.clone());
+    let differ = [
+        DeviceRequest {
+            count: 1,
+            ..base.clone()
+        },
+        DeviceRequest {
+            vendor: None,
+            ..base.clone()
+        },
+        DeviceRequest {
+            ids: vec![0, 1],
+            ..base.clone()
+        },
+        DeviceRequest {
+            exclude: vec![3],
+            ..base.clone()
+        },
+    ];
+    for d in &differ {
+        assert_ne!(&base, d);
+    }
+    let with_ids = DeviceRequest {
+        ids: vec![0, 1],
+        ..base.clone()
+    };
+    assert_eq!(with_ids, with_ids.clone());
+    assert_ne!(
+        with_ids,
+        DeviceRequest {
+            ids: vec![0, 2],
+            ..base.clone()
+        }
+    );
+    assert_ne!(
+        with_ids,
+        DeviceRequest {
+            ids: vec![1, 0],
+            ..base
+        }
+    );
+}
