@@ -52,8 +52,9 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         .map(format_bytes)
         .unwrap_or_default();
     println!("Submitted batch job {id}");
-    eprintln!(
-        "memory budget {mem}{}{}",
+    // One write: stderr is unbuffered, and eprintln! writes each piece.
+    let note = format!(
+        "memory budget {mem}{}{}\n",
         if get::<bool>(&info, "mem_default").unwrap_or(false) {
             " (default)"
         } else {
@@ -65,5 +66,6 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
             ""
         }
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), note.as_bytes());
     Ok(0)
 }

@@ -90,6 +90,28 @@ impl<U: Units> Daemon<U> {
         }
         Ok(r)
     }
+
+    /// [`user_name`] of a submitter, as `run_as` resolves accounts: off the
+    /// event loop, and reused for `ACCOUNT_REUSE`, so a loop of `xbatch`
+    /// reads the account database (NSS: files, LDAP...) once a second, not
+    /// at every submission.
+    pub(super) async fn submitter(&self, uid: u32) -> (String, u32) {
+        let recent = self
+            .names
+            .lock()
+            .ok()
+            .and_then(|n| n.get(uid, std::time::Instant::now()));
+        if let Some(v) = recent {
+            return v;
+        }
+        let v = tokio::task::spawn_blocking(move || user_name(uid))
+            .await
+            .unwrap_or_else(|_| (uid.to_string(), u32::MAX));
+        if let Ok(mut n) = self.names.lock() {
+            n.put(uid, v.clone(), std::time::Instant::now());
+        }
+        v
+    }
 }
 
 #[cfg(test)]

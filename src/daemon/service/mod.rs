@@ -85,6 +85,8 @@ pub struct Daemon<U = Systemd> {
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
     /// Submitters' accounts as lately resolved for their units (see `run_as`).
     accounts: std::sync::Mutex<Recent<RunAs>>,
+    /// Submitters' names and primary groups as lately looked up (see `submitter`).
+    names: std::sync::Mutex<Recent<(String, u32)>>,
     /// Checks working directories with the submitter's rights (see `as_user`).
     workdirs: super::as_user::Checker,
     /// Turns to read the journal (see `LogReads`).
@@ -170,6 +172,7 @@ impl<U: Units> Daemon<U> {
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
+            names: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             workdirs: super::as_user::Checker::default(),
             log_reads: logs::LogReads::default(),
         });

@@ -74,7 +74,7 @@ impl<U: Units> Daemon<U> {
         }
         // With the submitter's rights, once per directory, before the state lock.
         self.workdirs.check_specs(uid, &specs).await?;
-        let (user, gid) = user_name(uid);
+        let (user, gid) = self.submitter(uid).await;
         let owner = crate::core::Owner { uid, gid };
         let mut st = self.state.lock().await;
         let accelerators = !st.sched.machine().devices.is_empty();
