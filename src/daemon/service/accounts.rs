@@ -74,21 +74,7 @@ impl<U: Units> Daemon<U> {
     /// asks once per user, while a changed account or group membership still
     /// reaches every job started a second later. Failures are not kept.
     pub(super) async fn run_as(&self, uid: u32) -> Result<RunAs, String> {
-        let recent = self
-            .accounts
-            .lock()
-            .ok()
-            .and_then(|a| a.get(uid, std::time::Instant::now()));
-        if let Some(r) = recent {
-            return Ok(r);
-        }
-        let r = tokio::task::spawn_blocking(move || resolve_run_as(uid))
-            .await
-            .map_err(|e| format!("looking up uid {uid}: {e}"))??;
-        if let Ok(mut a) = self.accounts.lock() {
-            a.put(uid, r.clone(), std::time::Instant::now());
-        }
-        Ok(r)
+        recently(&self.accounts, uid, move || resolve_run_as(uid)).await
     }
 
     /// [`user_name`] of a submitter, as `run_as` resolves accounts: off the
@@ -96,41 +82,61 @@ impl<U: Units> Daemon<U> {
     /// reads the account database (NSS: files, LDAP...) once a second, not
     /// at every submission.
     pub(super) async fn submitter(&self, uid: u32) -> (String, u32) {
-        let recent = self
-            .names
-            .lock()
-            .ok()
-            .and_then(|n| n.get(uid, std::time::Instant::now()));
-        if let Some(v) = recent {
-            return v;
-        }
-        let v = tokio::task::spawn_blocking(move || user_name(uid))
+        recently(&self.names, uid, move || Ok(user_name(uid)))
             .await
-            .unwrap_or_else(|_| (uid.to_string(), u32::MAX));
-        if let Ok(mut n) = self.names.lock() {
-            n.put(uid, v.clone(), std::time::Instant::now());
-        }
-        v
+            .unwrap_or_else(|_| (uid.to_string(), u32::MAX))
     }
+}
+
+/// `uid`'s value in `cache` if it is recent, else `look`'s, run off the
+/// event loop and kept when it succeeds.
+async fn recently<V: Clone + Send + 'static>(
+    cache: &std::sync::Mutex<Recent<V>>,
+    uid: u32,
+    look: impl FnOnce() -> Result<V, String> + Send + 'static,
+) -> Result<V, String> {
+    let kept = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(uid, std::time::Instant::now()));
+    if let Some(v) = kept {
+        return Ok(v);
+    }
+    let v = tokio::task::spawn_blocking(look)
+        .await
+        .map_err(|e| format!("looking up uid {uid}: {e}"))??;
+    if let Ok(mut c) = cache.lock() {
+        c.put(uid, v.clone(), std::time::Instant::now());
+    }
+    Ok(v)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Recent;
-    use std::time::{Duration, Instant};
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    #[test]
-    fn a_resolved_account_serves_only_within_its_time() {
-        let t0 = Instant::now();
-        let mut r = Recent::new(Duration::from_secs(1));
-        assert_eq!(r.get(1001, t0), None);
-        r.put(1001, "alice", t0);
-        assert_eq!(r.get(1001, t0 + Duration::from_millis(999)), Some("alice"));
-        assert_eq!(r.get(1002, t0), None, "another user's is never given");
-        assert_eq!(r.get(1001, t0 + Duration::from_secs(1)), None, "too old");
-        // Old ones are forgotten as new ones come.
-        r.put(1002, "bob", t0 + Duration::from_secs(2));
-        assert_eq!(r.kept.len(), 1);
-        assert_eq!(r.get(1002, t0 + Duration::from_secs(2)), Some("bob"));
+    #[tokio::test]
+    async fn a_lookup_is_reused_for_a_while_and_a_failure_is_not_kept() {
+        let cache = std::sync::Mutex::new(Recent::new(std::time::Duration::from_secs(60)));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let look = |answer: Result<u32, String>| {
+            let calls = calls.clone();
+            move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                answer
+            }
+        };
+        assert_eq!(
+            recently(&cache, 7, look(Err("no".into()))).await,
+            Err("no".into())
+        );
+        assert_eq!(recently(&cache, 7, look(Ok(1))).await, Ok(1), "not kept");
+        assert_eq!(recently(&cache, 7, look(Ok(2))).await, Ok(1), "reused");
+        assert_eq!(recently(&cache, 8, look(Ok(3))).await, Ok(3), "per uid");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        let stale = std::sync::Mutex::new(Recent::new(std::time::Duration::ZERO));
+        assert_eq!(recently(&stale, 7, look(Ok(4))).await, Ok(4));
+        assert_eq!(recently(&stale, 7, look(Ok(5))).await, Ok(5), "expired");
     }
 }
