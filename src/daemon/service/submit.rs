@@ -77,20 +77,19 @@ impl<U: Units> Daemon<U> {
         let (user, gid) = self.submitter(uid).await;
         let owner = crate::core::Owner { uid, gid };
         let mut st = self.state.lock().await;
+        // `gpus_default` stays set only where it gave the job its device.
         let accelerators = !st.sched.machine().devices.is_empty();
-        let mut defaulted = Vec::with_capacity(specs.len());
         for spec in &mut specs {
-            let d = spec.gpus_default && accelerators;
-            if d {
+            spec.gpus_default &= accelerators;
+            if spec.gpus_default {
                 spec.request.devices.count = 1;
             }
-            defaulted.push(d);
         }
         let mut demands = Vec::with_capacity(specs.len());
         let many = specs.len() > 1;
         for (i, spec) in specs.iter().enumerate() {
             let which = |e: String| {
-                let e = if defaulted[i] && e.contains("device") {
+                let e = if specs[i].gpus_default && e.contains("device") {
                     format!("{e} ({GPU_DEFAULT_HINT})")
                 } else {
                     e
@@ -121,14 +120,14 @@ impl<U: Units> Daemon<U> {
         let now = now_usec();
         let mut out = Vec::with_capacity(specs.len());
         let mut new_jobs = Vec::with_capacity(specs.len());
-        for ((spec, demand), gpus_defaulted) in specs.into_iter().zip(demands).zip(defaulted) {
+        for (spec, demand) in specs.into_iter().zip(demands) {
             let id = st.next_id;
             st.next_id += 1;
             out.push(Submitted {
                 id,
                 mem_bytes: demand.mem_bytes,
                 mem_default: demand.mem_default,
-                gpus_defaulted,
+                gpus_defaulted: spec.gpus_default,
             });
             let command = Command {
                 argv: spec.argv,
