@@ -30,7 +30,8 @@ pub struct Manager {
 #[derive(Debug, Default)]
 pub struct MemoryUnits {
     pub m: Mutex<Manager>,
-    /// While set, starts wait for a permit of it (see `hold_starts`).
+    /// While set, starts and time-limit reloads wait for a permit of it
+    /// (see `hold_starts`).
     held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
@@ -43,12 +44,23 @@ impl MemoryUnits {
         f(&mut m)
     }
 
-    /// From now on each start waits (systemd busy) until the test adds a
-    /// permit to the semaphore returned.
+    /// From now on each start and each time-limit reload waits (systemd
+    /// busy) until the test adds a permit to the semaphore returned.
     pub fn hold_starts(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
         gate
+    }
+
+    /// Waits for a permit while calls are held (see `hold_starts`); the
+    /// permit is taken for good: one call per permit.
+    async fn wait_if_held(&self) {
+        let gate = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(gate) = gate {
+            if let Ok(p) = gate.acquire().await {
+                p.forget();
+            }
+        }
     }
 
     /// A stop of `unit` leaves it deactivating until the test ends it.
@@ -103,6 +115,7 @@ impl Units for MemoryUnits {
     /// Recorded as `"time-limit unit secs"`; refused while `refuse_next_start` is set.
     async fn set_time_limit(&self, unit: &str, secs: u64) -> Result<()> {
         self.call(&format!("time-limit {secs}"), unit);
+        self.wait_if_held().await;
         self.with(|m| match m.refuse_next_start.take() {
             Some(why) => Err(anyhow::anyhow!(why)),
             None => Ok(()),
@@ -123,13 +136,7 @@ impl Units for MemoryUnits {
 
     async fn start(&self, unit: &str, props: &[(&str, Variant<'_>)]) -> zbus::Result<()> {
         self.call("start", unit);
-        let gate = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(gate) = gate {
-            // The permit is taken for good: one start per permit.
-            if let Ok(p) = gate.acquire().await {
-                p.forget();
-            }
-        }
+        self.wait_if_held().await;
         self.with(|m| {
             if let Some(why) = m.refuse_next_start.take() {
                 return Err(zbus::Error::Failure(why));

@@ -91,6 +91,10 @@ pub struct Daemon<U = Systemd> {
     workdirs: super::as_user::Checker,
     /// Turns to read the journal (see `LogReads`).
     log_reads: logs::LogReads,
+    /// One change of a running job's time limit at a time (see
+    /// `update_running`): each waits for systemd's reload without the state
+    /// lock, and the record and systemd must agree on the last one.
+    limit_changes: Mutex<()>,
 }
 
 /// What xlurmd did since it started, for metrics (`xlurm metrics`, through
@@ -175,6 +179,7 @@ impl<U: Units> Daemon<U> {
             names: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
             workdirs: super::as_user::Checker::default(),
             log_reads: logs::LogReads::default(),
+            limit_changes: Mutex::new(()),
         });
         (d, rx)
     }

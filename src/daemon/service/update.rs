@@ -42,7 +42,10 @@ impl<U: Units> Daemon<U> {
         let state = st.find(id).ok_or_else(|| no_such_job(id))?.state();
         match state {
             JobState::Pending => self.update_pending(st, uid, id, admin, changes),
-            JobState::Running => self.update_running(st, uid, id, admin, changes).await,
+            JobState::Running => {
+                drop(st);
+                self.update_running(uid, id, admin, changes).await
+            }
             s => Err(ApiError::WrongState(format!(
                 "job {id} already ended ({})",
                 s.name()
@@ -137,15 +140,21 @@ impl<U: Units> Daemon<U> {
         Ok(())
     }
 
-    async fn update_running(
-        &self,
-        mut st: tokio::sync::MutexGuard<'_, State>,
-        uid: u32,
-        id: JobId,
-        admin: bool,
-        ch: Changes,
-    ) -> ApiResult<()> {
+    /// A running job's time limit. systemd takes it with a reload of its
+    /// manager, which takes PID 1 a second or more on a busy machine: the
+    /// state lock is not held meanwhile (every other call would wait, and a
+    /// reply it needs could queue behind them), so the job is looked at anew
+    /// before and after.
+    async fn update_running(&self, uid: u32, id: JobId, admin: bool, ch: Changes) -> ApiResult<()> {
+        let _one = self.limit_changes.lock().await;
+        let mut st = self.state.lock().await;
         let job = st.jobs.get(&id).ok_or_else(|| no_such_job(id))?;
+        if job.state() != JobState::Running {
+            return Err(ApiError::WrongState(format!(
+                "job {id} is no longer running ({})",
+                job.state().name()
+            )));
+        }
         if ch.beyond_time_limit() {
             return Err(ApiError::WrongState(format!(
                 "job {id} is running: only its time limit can change now (as in Slurm)"
@@ -184,20 +193,41 @@ impl<U: Units> Daemon<U> {
         if let Stage::Running(r) = &mut new.stage {
             r.limit_changes = r.limit_changes.saturating_add(1);
         }
-        let (old, unit, start) = (job.clone(), job.unit(), job.start_usec());
-        // On disk first, then systemd; if systemd refuses, the record goes back.
+        let unit = job.unit();
+        // On disk first, then systemd; if systemd refuses, the limit goes back.
         st.store.save([&new]).map_err(ApiError::from)?;
         st.jobs.insert(id, new);
-        if let Err(e) = self.systemd.set_time_limit(&unit, secs).await {
-            if let Err(e) = st.store.save([&old]) {
-                tracing::error!(job = id, "putting back its record failed: {e:#}");
+        drop(st);
+        let taken = self.systemd.set_time_limit(&unit, secs).await;
+        let mut st = self.state.lock().await;
+        let still = st
+            .jobs
+            .get(&id)
+            .filter(|j| j.state() == JobState::Running && j.demand.time_limit_secs == secs)
+            .cloned();
+        if let Err(e) = taken {
+            // Only the limit goes back: a cancel may have been asked meanwhile.
+            if let Some(mut back) = still {
+                back.demand.time_limit_secs = before;
+                if let Stage::Running(r) = &mut back.stage {
+                    r.limit_changes = r.limit_changes.saturating_sub(1);
+                }
+                match st.store.save([&back]) {
+                    Ok(()) => {
+                        st.jobs.insert(id, back);
+                    }
+                    Err(e) => {
+                        tracing::error!(job = id, "putting back its time limit failed: {e:#}")
+                    }
+                }
             }
-            st.jobs.insert(id, old);
             return Err(ApiError::Failed(format!(
                 "systemd did not take the new time limit: {e:#}"
             )));
         }
-        st.sched.set_deadline(id, start / 1_000_000 + secs);
+        if let Some(start) = still.map(|j| j.start_usec()) {
+            st.sched.set_deadline(id, start / 1_000_000 + secs);
+        }
         drop(st);
         tracing::info!(
             job = id,

@@ -228,3 +228,60 @@ async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_adm
     wait_state(&d, id, JobState::Completed).await;
     assert_eq!(d.systemd.calls("forget-time-limit", &unit), 1);
 }
+
+#[tokio::test]
+async fn a_running_job_s_limit_waits_for_systemd_s_reload_without_holding_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = updating_daemon(dir.path()).await;
+    let (id, unit) = running_job(&d).await;
+    let before = job(&d, id).await.demand.time_limit_secs;
+    // systemd is slow to reload (PID 1 busy): the change waits for it.
+    let gate = d.systemd.hold_starts();
+    d.systemd.m.lock().unwrap().refuse_next_start = Some("reload failed".into());
+    d.systemd.slow_stop(&unit);
+    let change = {
+        let d = d.clone();
+        tokio::spawn(async move {
+            d.update(0, id, false, changes(vec![entry("time_limit", 600u64)]))
+                .await
+        })
+    };
+    while d.systemd.calls("time-limit 600", &unit) == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Meanwhile the daemon answers: the state lock is free, and a cancel
+    // is taken (its unit takes a while to stop).
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), d.state.lock())
+            .await
+            .is_ok(),
+        "the state lock is held across systemd's reload"
+    );
+    d.cancel(0, id, false).await.unwrap();
+    assert_eq!(
+        job(&d, id).await.demand.time_limit_secs,
+        600,
+        "on disk first"
+    );
+    // A second change waits its turn.
+    let second = {
+        let d = d.clone();
+        tokio::spawn(async move {
+            d.update(0, id, false, changes(vec![entry("time_limit", 500u64)]))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(d.systemd.calls("time-limit 500", &unit), 0, "one at a time");
+    // systemd refuses the first: its limit goes back, the cancel stays.
+    gate.add_permits(1);
+    assert!(matches!(change.await.unwrap(), Err(ApiError::Failed(_))));
+    gate.add_permits(1);
+    second.await.unwrap().unwrap();
+    let j = job(&d, id).await;
+    assert_eq!(j.demand.time_limit_secs, 500);
+    assert_eq!(j.cancel_requested_by(), Some(0), "the cancel was lost");
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    assert_eq!(loaded.jobs[&id].demand.time_limit_secs, 500, "on disk too");
+    assert!(before > 500);
+}
