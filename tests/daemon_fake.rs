@@ -2015,6 +2015,27 @@ async fn a_reader_that_stops_at_the_line_it_wants_does_not_kill_the_cli() {
     c.cancel(id).await.unwrap();
 }
 
+/// Starts `xrun -- /bin/sh -c script` (output piped) and waits until its
+/// job runs; returns xrun and the job's ID.
+async fn xrun_running(e: &Env, c: &SchedulerProxy<'_>, script: &str) -> (std::process::Child, u64) {
+    let xrun = cli(e, ["run", "--", "/bin/sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let id = loop {
+        let listed = cli_json(e, &["queue", "--json"]);
+        if let Some(id) = listed[0]["id"].as_u64() {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no job submitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    wait_state(c, id, "RUNNING").await;
+    (xrun, id)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
     // xlurmd goes away while xrun follows a job (an upgrade, `systemctl
@@ -2030,21 +2051,7 @@ async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
         0,
     )
     .await;
-    let xrun = cli(&e, ["run", "--", "/bin/sh", "-c", "sleep 3; exit 5"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    let id = loop {
-        let listed = cli_json(&e, &["queue", "--json"]);
-        if let Some(id) = listed[0]["id"].as_u64() {
-            break id;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no job submitted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    wait_state(&c, id, "RUNNING").await;
+    let (xrun, id) = xrun_running(&e, &c, "sleep 3; exit 5").await;
     drop(d);
     conn.release_name("org.xlurm.Scheduler1").await.unwrap();
     drop(conn);
@@ -2392,4 +2399,60 @@ async fn a_terminal_must_be_the_callers_own_pty_and_queues_nothing_otherwise() {
         "nothing queued"
     );
     drop(master);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_hears_its_job_end_through_a_flood_of_other_jobs_changes() {
+    // Every job's JobStateChanged reaches every xrun. zbus stops reading a
+    // connection (method replies too) while a signal stream holds 64 unread
+    // messages, so an xrun that left its stream unread during a call waited
+    // for ever once a burst (an array cancelled, short jobs ending) filled it.
+    let LostStarts {
+        e,
+        c,
+        _d: (d, conn),
+        _tools,
+    } = lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hi"}"#),
+        0,
+    )
+    .await;
+    let (xrun, id) = xrun_running(&e, &c, "sleep 4; exit 6").await;
+    // Other jobs' changes, sent as xlurmd sends them, for 2 s on end: xrun
+    // polls its job (and its output) every 200 ms meanwhile. (A hung xrun
+    // leaves them queued in the bus, which can stall the sender too: the
+    // whole is timed.)
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flood_and_wait = {
+        let sent = sent.clone();
+        async move {
+            let t1 = Instant::now();
+            while t1.elapsed() < Duration::from_secs(2) {
+                for _ in 0..100 {
+                    let n = sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    conn.emit_signal(
+                        None::<()>,
+                        "/org/xlurm/Scheduler1",
+                        "org.xlurm.Scheduler1",
+                        "JobStateChanged",
+                        &(id + 1000 + n, "PENDING"),
+                    )
+                    .await
+                    .unwrap();
+                }
+                tokio::task::yield_now().await;
+            }
+            tokio::task::spawn_blocking(move || xrun.wait_with_output()).await
+        }
+    };
+    let out = tokio::time::timeout(Duration::from_secs(40), flood_and_wait).await;
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    drop(d);
+    let out = out
+        .unwrap_or_else(|_| panic!("xrun hung after {sent} other jobs' changes"))
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(sent > 1000, "the flood was {sent} signals");
 }

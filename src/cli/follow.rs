@@ -2,7 +2,7 @@
 //! state change, riding out xlurmd going away for a moment, and streaming a
 //! job's output page by page (xrun and `xlurm log`).
 
-use super::client::{explain, JobStateChangedStream, SchedulerProxy};
+use super::client::{explain, SchedulerProxy};
 use super::format::local_time;
 use crate::wire::bus::transient;
 use anyhow::Result;
@@ -63,15 +63,48 @@ impl Stops {
     }
 }
 
-/// Returns when job `id` changes state (or the signal stream ends).
-pub(super) async fn wait_for_change(changes: &mut JobStateChangedStream, id: u64) {
-    use futures_util::StreamExt;
-    while let Some(sig) = changes.next().await {
-        if sig.args().is_ok_and(|a| a.id == id) {
-            return;
-        }
+/// Job state changes (`JobStateChanged`: every job's, as ID and state),
+/// read off the bus by a task of their own from the moment of [`Changes::subscribe`].
+///
+/// zbus stops reading a connection, method replies included, while one of
+/// its signal streams holds 64 unread messages. xrun and `xlurm top` make
+/// calls between their looks at the changes, and xlurmd broadcasts every
+/// job's: a burst (an array cancelled, a lane of short jobs) would leave
+/// them waiting for a reply that is never read. Here the stream is always
+/// read, and what it brings waits in a queue of its own.
+pub(super) struct Changes(tokio::sync::mpsc::UnboundedReceiver<(u64, String)>);
+
+impl Changes {
+    pub(super) async fn subscribe(p: &SchedulerProxy<'_>) -> zbus::Result<Changes> {
+        use futures_util::StreamExt;
+        let mut stream = p.receive_job_state_changed().await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(sig) = stream.next().await {
+                if let Ok(a) = sig.args() {
+                    if tx.send((a.id, a.state)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Changes(rx))
     }
-    std::future::pending::<()>().await;
+
+    /// The next change of any job; `None` once the connection is gone.
+    pub(super) async fn next(&mut self) -> Option<(u64, String)> {
+        self.0.recv().await
+    }
+
+    /// Returns when job `id` changes state (never, once the connection is gone).
+    pub(super) async fn wait_for(&mut self, id: u64) {
+        while let Some((j, _)) = self.0.recv().await {
+            if j == id {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
 }
 
 /// How long xrun and `xlurm log` wait for xlurmd to answer again (a restart

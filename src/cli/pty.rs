@@ -127,7 +127,7 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
     let v = zbus::OwnedVariant::try_from(zbus::Variant::Fd(fd))
         .map_err(|e| anyhow!("cannot pass the terminal: {e}"))?;
     spec.insert(crate::wire::pty::SPEC_KEY.into(), v);
-    let mut changes = p.receive_job_state_changed().await?;
+    let mut changes = super::follow::Changes::subscribe(&p).await?;
     let (id, _) = submit_with_output(&p, spec, None, user).await?;
     // xlurmd holds it now (then systemd): the job's end closes the last one.
     drop(pty.peer);
@@ -156,7 +156,7 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
-            _ = super::follow::wait_for_change(&mut changes, id) => {}
+            _ = changes.wait_for(id) => {}
             _ = stops.next(), if !cancelled => {
                 cancelled = true;
                 say!("[{}] job {id}: withdrawing...", stamp());
@@ -192,7 +192,7 @@ async fn forward(
     master: OwnedFd,
     tty: bool,
     stops: &mut Stops,
-    changes: &mut super::client::JobStateChangedStream,
+    changes: &mut super::follow::Changes,
     user: bool,
 ) -> Result<Dict> {
     nix::fcntl::fcntl(&master, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
@@ -246,7 +246,7 @@ async fn forward(
                     break job;
                 }
             }
-            _ = super::follow::wait_for_change(changes, id) => {
+            _ = changes.wait_for(id) => {
                 let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
                 if get_str(&job, "state") != "RUNNING" {
                     break job;

@@ -2,7 +2,7 @@
 //! exits with its exit code.
 
 use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
-use super::follow::{say, stamp, stdout_closed, wait_for_change, LogStream, Stops};
+use super::follow::{say, stamp, stdout_closed, LogStream, Stops};
 use super::submit::{output_of, spec_from, submit_with_output};
 use super::SubmitArgs;
 use anyhow::Result;
@@ -29,7 +29,7 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let spec = spec_from(&a.res, a.command.clone(), None)?;
     let output = output_of(&a.res)?;
     // Subscribe before submitting, so no state change is missed.
-    let mut changes = p.receive_job_state_changed().await?;
+    let mut changes = super::follow::Changes::subscribe(&p).await?;
     // A closed stdout (`xrun ... | head`) must not kill xrun silently and
     // leave its job running unseen: writes then fail with EPIPE, and xrun
     // cancels the job like a shell pipeline's writer that dies of SIGPIPE.
@@ -127,7 +127,7 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
         let tick = if said_started { 200 } else { 1000 };
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(tick)) => {}
-            _ = wait_for_change(&mut changes, id) => {}
+            _ = changes.wait_for(id) => {}
             _ = stops.next(), if !cancelled => { cancelled = true; cancel_for_exit(&p, id, user).await; }
         }
     }

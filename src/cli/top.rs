@@ -520,11 +520,10 @@ pub async fn load(p: &SchedulerProxy<'_>, ui: &Ui, rows: usize, user: bool) -> R
 
 /// `xlurm top`.
 pub(super) async fn top(mine: bool, user: bool) -> Result<i32> {
-    use futures_util::StreamExt;
     use std::io::IsTerminal;
     let p = connect(user).await?;
     // Subscribed before the listing: no change is missed between them.
-    let mut changes = p.receive_job_state_changed().await?;
+    let mut changes = super::follow::Changes::subscribe(&p).await?;
     let mut ui = Ui {
         mine,
         ..Ui::default()
@@ -556,16 +555,13 @@ pub(super) async fn top(mine: bool, user: bool) -> Result<i32> {
                         ui.message = format!("{e:#}");
                     }
                 }
-                Some(sig) = changes.next() => {
-                    if let Ok(a) = sig.args() {
-                        let (id, state) = (*a.id(), a.state().to_string());
-                        if state == "PENDING" || state == "RUNNING" {
-                            if let Ok(d) = p.get_job(id).await {
-                                m.jobs.insert(id, Job::of_dict(&d));
-                            }
-                        } else {
-                            m.jobs.remove(&id);
+                Some((id, state)) = changes.next() => {
+                    if state == "PENDING" || state == "RUNNING" {
+                        if let Ok(d) = p.get_job(id).await {
+                            m.jobs.insert(id, Job::of_dict(&d));
                         }
+                    } else {
+                        m.jobs.remove(&id);
                     }
                 }
                 Some(ev) = keys.recv() => {
