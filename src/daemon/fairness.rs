@@ -236,12 +236,12 @@ pub fn put_schedule(
         put(m, "fairshare", p.fairshare);
         put(m, "age", p.age);
     }
-    if let Some((at, why)) = estimate(sched, job.id, now) {
+    // One walk of the queue for both.
+    if let Some((bound, expected)) = sched.starts(job.id, now) {
+        let (at, why) = explained(bound);
         put(m, "estimated_start", at);
         put(m, "estimate", why);
-    }
-    if let Some(e) = sched.expected_start(job.id, now) {
-        put(m, "expected_start", e.time().unwrap_or(0));
+        put(m, "expected_start", expected.time().unwrap_or(0));
     }
 }
 
@@ -253,14 +253,19 @@ pub fn estimate(
     id: crate::core::JobId,
     now: u64,
 ) -> Option<(u64, String)> {
-    let e = sched.estimated_start(id, now)?;
-    Some(match &e {
+    sched.estimated_start(id, now).map(explained)
+}
+
+/// An estimated start as `GetJob` gives it: the time (0 when it cannot be
+/// bounded) and how it was reached or why there is none.
+fn explained(e: crate::core::estimate::Estimate) -> (u64, String) {
+    match &e {
         crate::core::estimate::Estimate::At { time } => (
             *time,
             "from running jobs' time limits and the jobs ahead".to_string(),
         ),
         crate::core::estimate::Estimate::Unknown(_) => (0, e.to_string()),
-    })
+    }
 }
 
 /// `GetShares`: one a{sv} per user of `rows`, named.

@@ -1,6 +1,6 @@
 //! Estimated starts of pending jobs (see [`crate::core::estimate`]).
 
-use super::Scheduler;
+use super::{Queued, Scheduler};
 use crate::core::estimate::{Estimate, Planner, RunningJob};
 use crate::core::limits::Held;
 use crate::core::{Demand, JobId};
@@ -46,27 +46,53 @@ impl Scheduler {
         )
     }
 
+    /// Plans queued job `id` (whose entry is `q`) on `plan`; `expected` as
+    /// for [`Scheduler::planner`]: a job of a kind that recently took less
+    /// than its time limit is planned for what it took.
+    fn plan_one(&self, plan: &mut Planner<'_>, id: JobId, q: &Queued, expected: bool) -> Estimate {
+        let limits = &self.users.states[q.user as usize].limits;
+        match self.runtimes.expected(q.sub.kind).filter(|_| expected) {
+            Some(took) if took < q.demand.time_limit_secs => {
+                let likely = Demand {
+                    time_limit_secs: took.max(1),
+                    ..q.demand.clone()
+                };
+                plan.plan(id, &likely, q.user, limits)
+            }
+            _ => plan.plan(id, &q.demand, q.user, limits),
+        }
+    }
+
     /// Plans pending jobs in queue order until `stop` says so; `expected`
     /// as for [`Scheduler::planner`].
     fn plan_queue(&self, now: u64, expected: bool, mut each: impl FnMut(JobId, Estimate) -> bool) {
         let mut plan = self.planner(now, expected);
         for key in self.queue.keys() {
-            let q = &self.pending[&key.1];
-            let limits = &self.users.states[q.user as usize].limits;
-            let e = match self.runtimes.expected(q.sub.kind).filter(|_| expected) {
-                Some(took) if took < q.demand.time_limit_secs => {
-                    let likely = Demand {
-                        time_limit_secs: took.max(1),
-                        ..q.demand.clone()
-                    };
-                    plan.plan(key.1, &likely, q.user, limits)
-                }
-                _ => plan.plan(key.1, &q.demand, q.user, limits),
-            };
+            let e = self.plan_one(&mut plan, key.1, &self.pending[&key.1], expected);
             if !each(key.1, e) {
                 return;
             }
         }
+    }
+
+    /// Both starts of pending job `id` at `now` in one walk of the queue:
+    /// the estimated one (a bound, [`Scheduler::estimated_start`]) and the
+    /// expected one ([`Scheduler::expected_start`]); `None` when it is not
+    /// pending.
+    pub fn starts(&self, id: JobId, now: u64) -> Option<(Estimate, Estimate)> {
+        if !self.pending.contains_key(&id) {
+            return None;
+        }
+        let (mut bound, mut likely) = (self.planner(now, false), self.planner(now, true));
+        for key in self.queue.keys() {
+            let q = &self.pending[&key.1];
+            let b = self.plan_one(&mut bound, key.1, q, false);
+            let e = self.plan_one(&mut likely, key.1, q, true);
+            if key.1 == id {
+                return Some((b, e));
+            }
+        }
+        None
     }
 
     /// The estimated start of pending job `id` at `now`, from running jobs'

@@ -119,6 +119,8 @@ fn the_plan_looks_only_so_deep() {
         s.estimated_start(DEPTH as u64 + 1, 0),
         Some(Estimate::Unknown(Unknown::TooDeep { depth: DEPTH }))
     );
+    let deep = Estimate::Unknown(Unknown::TooDeep { depth: DEPTH });
+    assert_eq!(s.starts(DEPTH as u64 + 1, 0), Some((deep.clone(), deep)));
     let json = serde_json::to_value(s.estimated_start(1, 0).unwrap()).unwrap();
     assert_eq!(json, serde_json::json!({"start": "at", "time": 0}));
 }
@@ -164,4 +166,16 @@ fn expected_starts_use_what_jobs_of_the_same_kind_took() {
     assert_eq!(all, vec![(2, at(110).unwrap()), (3, at(210).unwrap())]);
     // A job running past what its kind took is expected to end any moment.
     assert_eq!(s.expected_start(2, 500), at(501));
+    // GetJob's one walk gives both, as the two walks do.
+    for (id, now) in [(2, 10), (3, 10), (2, 500), (3, 500)] {
+        let both = s.starts(id, now).unwrap();
+        assert_eq!(
+            Some(both.0),
+            s.estimated_start(id, now),
+            "job {id} at {now}"
+        );
+        assert_eq!(Some(both.1), s.expected_start(id, now), "job {id} at {now}");
+    }
+    assert_ne!(s.starts(3, 10).map(|b| b.0), s.starts(3, 10).map(|b| b.1));
+    assert_eq!(s.starts(1, 10), None, "running: not queued");
 }
