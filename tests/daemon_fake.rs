@@ -2051,7 +2051,7 @@ async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
         0,
     )
     .await;
-    let (xrun, id) = xrun_running(&e, &c, "sleep 3; exit 5").await;
+    let (xrun, _id) = xrun_running(&e, &c, "sleep 3; exit 5").await;
     drop(d);
     conn.release_name("org.xlurm.Scheduler1").await.unwrap();
     drop(conn);
