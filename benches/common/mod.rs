@@ -57,6 +57,7 @@ pub async fn serve_if_child() -> bool {
     ) else {
         return false;
     };
+    xlurm::daemon::heap::tune();
     let conn = zbus::connection::Builder::address(address.as_str())
         .build()
         .await
@@ -68,9 +69,35 @@ pub async fn serve_if_child() -> bool {
     served.daemon.kick.notify_one();
     let mut usr1 =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).unwrap();
+    let mut n = 0;
     loop {
         usr1.recv().await;
         eprintln!("  ({})", heap());
+        n += 1;
+        if let Some(prefix) = std::env::var_os("XLURM_BENCH_MALLOC_INFO") {
+            malloc_info(&format!(
+                "{}.{}.{n}.xml",
+                prefix.to_string_lossy(),
+                std::process::id()
+            ));
+        }
+    }
+}
+
+/// glibc's own account of its arenas (free chunks by size, per arena) in
+/// the file at `path`: where fragmentation sits, when RSS exceeds the heap
+/// in use (`XLURM_BENCH_MALLOC_INFO=prefix`).
+fn malloc_info(path: &str) {
+    let Ok(c_path) = std::ffi::CString::new(path) else {
+        return;
+    };
+    // SAFETY: a FILE opened here, written by glibc and closed here.
+    unsafe {
+        let f = libc::fopen(c_path.as_ptr(), c"w".as_ptr());
+        if !f.is_null() {
+            libc::malloc_info(0, f);
+            libc::fclose(f);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 use clap::Parser;
 
 fn main() {
+    xlurm::daemon::heap::tune();
     // A bad option is a refusal like any other (exit 78, which the unit's
     // RestartPreventExitStatus keeps down), not clap's 2: with
     // Restart=on-failure that would be a restart loop. --help and --version

@@ -123,7 +123,7 @@ fn brief_line(id: JobId, b: &Brief) -> Line<'_> {
         devices: Cow::Borrowed(&b.devices),
         exit_code: b.exit_code,
         detail: Cow::Borrowed(&b.detail),
-        array: match b.task {
+        array: match b.task() {
             Some((array, index)) => Cow::Owned(crate::core::array::task_label(array, index)),
             None => Cow::Borrowed(""),
         },
@@ -361,7 +361,8 @@ mod tests {
                     JobState::Failed
                 },
                 spread: false,
-                task: id.is_multiple_of(5).then_some((id - 1, 3)),
+                task_array: if id.is_multiple_of(5) { id - 1 } else { 0 },
+                task_index: 3,
                 name: format!("job-{id}").into(),
                 user: user.into(),
                 devices: "cpu".into(),

@@ -7,6 +7,7 @@ pub mod as_user;
 pub mod audience;
 pub mod device_gate;
 pub mod fairness;
+pub mod heap;
 pub mod job;
 pub mod job_env;
 pub mod job_object;

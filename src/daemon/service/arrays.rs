@@ -28,7 +28,7 @@ impl State {
                     Some(t) => (t.array, j.state(), t.array == id && !t.rest.is_empty()),
                     None => continue,
                 },
-                Found::Brief(b) => match b.task {
+                Found::Brief(b) => match b.task() {
                     Some((array, _)) => (array, b.state, false),
                     None => continue,
                 },
@@ -127,7 +127,7 @@ impl State {
             .copied()
             .find(|id| match self.find(*id) {
                 Some(Found::Full(j)) => j.array.as_ref().is_some_and(|t| t.index == index),
-                Some(Found::Brief(b)) => b.task == Some((array, index)),
+                Some(Found::Brief(b)) => b.task() == Some((array, index)),
                 None => false,
             })
     }

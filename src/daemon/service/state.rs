@@ -186,6 +186,10 @@ impl State {
             st.regate(id);
             st.settle(id);
         }
+        // Reading the log left its scratch (each record parsed whole, the
+        // index of records) free in the heap: give it back now, not never.
+        st.retired = 1;
+        st.trim();
         st
     }
 
@@ -234,11 +238,7 @@ impl State {
         self.strings.prune();
         self.ended.shrink();
         self.sched.shrink();
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only returns free heap pages to the kernel.
-        unsafe {
-            nix::libc::malloc_trim(0);
-        }
+        crate::daemon::heap::give_back();
     }
 
     /// Every job, newest (highest ID) first, in full or in brief.
