@@ -2015,6 +2015,15 @@ async fn a_reader_that_stops_at_the_line_it_wants_does_not_kill_the_cli() {
     c.cancel(id).await.unwrap();
 }
 
+/// The daemon xrun's tests run against: a journal of one line, no start lost.
+async fn xrun_rig() -> LostStarts {
+    lost_starts(
+        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hi"}"#),
+        0,
+    )
+    .await
+}
+
 /// Starts `xrun -- /bin/sh -c script` (output piped) and waits until its
 /// job runs; returns xrun and the job's ID.
 async fn xrun_running(e: &Env, c: &SchedulerProxy<'_>, script: &str) -> (std::process::Child, u64) {
@@ -2041,16 +2050,9 @@ async fn xrun_waits_for_a_restarted_daemon_and_reports_its_job() {
     // xlurmd goes away while xrun follows a job (an upgrade, `systemctl
     // restart`): xrun's calls fail meanwhile; it waits, and reports the
     // job's exit code once xlurmd answers again.
-    let LostStarts {
-        e,
-        c,
-        _d: (d, conn),
-        _tools,
-    } = lost_starts(
-        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hi"}"#),
-        0,
-    )
-    .await;
+    let t = xrun_rig().await;
+    let (d, conn) = t._d;
+    let (e, c) = (t.e, t.c);
     let (xrun, _id) = xrun_running(&e, &c, "sleep 3; exit 5").await;
     drop(d);
     conn.release_name("org.xlurm.Scheduler1").await.unwrap();
@@ -2407,21 +2409,14 @@ async fn xrun_hears_its_job_end_through_a_flood_of_other_jobs_changes() {
     // connection (method replies too) while a signal stream holds 64 unread
     // messages, so an xrun that left its stream unread during a call waited
     // for ever once a burst (an array cancelled, short jobs ending) filled it.
-    let LostStarts {
-        e,
-        c,
-        _d: (d, conn),
-        _tools,
-    } = lost_starts(
-        Some(r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hi"}"#),
-        0,
-    )
-    .await;
+    let t = xrun_rig().await;
+    let (d, conn) = t._d;
+    let (e, c) = (t.e, t.c);
     let (xrun, id) = xrun_running(&e, &c, "sleep 4; exit 6").await;
+    let xrun_pid = xrun.id();
     // Other jobs' changes, sent as xlurmd sends them, for 2 s on end: xrun
-    // polls its job (and its output) every 200 ms meanwhile. (A hung xrun
-    // leaves them queued in the bus, which can stall the sender too: the
-    // whole is timed.)
+    // polls its job (and its output) every 200 ms meanwhile. A hung xrun is
+    // killed at the deadline (the runtime would wait for its waiting thread).
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let flood_and_wait = {
         let sent = sent.clone();
@@ -2448,6 +2443,10 @@ async fn xrun_hears_its_job_end_through_a_flood_of_other_jobs_changes() {
     let out = tokio::time::timeout(Duration::from_secs(40), flood_and_wait).await;
     let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
     drop(d);
+    if out.is_err() {
+        // SAFETY: a plain kill of the child this test started.
+        unsafe { libc::kill(xrun_pid as i32, libc::SIGKILL) };
+    }
     let out = out
         .unwrap_or_else(|_| panic!("xrun hung after {sent} other jobs' changes"))
         .unwrap()
@@ -2455,4 +2454,57 @@ async fn xrun_hears_its_job_end_through_a_flood_of_other_jobs_changes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{stderr}");
     assert!(sent > 1000, "the flood was {sent} signals");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_stalls_neither_xlurmd_nor_other_clients() {
+    // Anyone on the bus may subscribe to every job's changes and never read
+    // them. The bus holds what a connection leaves unread (up to its
+    // max_outgoing_bytes, then it drops that connection's messages) and goes
+    // on reading xlurmd: xlurmd's signals, and its replies to everyone else,
+    // still flow. The flood is sent from xlurmd's own connection, as its
+    // JobStateChanged are, and is far more than the sockets in between hold.
+    let e = env(Mode::Instant).await;
+    let (_d, conn) = daemon(&e).await;
+    let lazy = SchedulerProxy::new(&e.bus.connect().await.unwrap())
+        .await
+        .unwrap();
+    let _never_read = lazy.receive_job_state_changed().await.unwrap();
+    let flood = async {
+        for n in 0..40_000u64 {
+            conn.emit_signal(
+                None::<()>,
+                "/org/xlurm/Scheduler1",
+                "org.xlurm.Scheduler1",
+                "JobStateChanged",
+                &(1_000_000 + n, "PENDING"),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), flood)
+        .await
+        .expect("xlurmd's sends stalled behind a subscriber that never reads");
+    // A client that reads hears xlurmd's own signal about its job, and the
+    // job runs its course.
+    let c = client(&e).await;
+    let mut heard = c.receive_job_state_changed().await.unwrap();
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(60), async {
+        use futures_util::StreamExt;
+        while let Some(signal) = heard.next().await {
+            let a = signal.args().unwrap();
+            if a.id == id {
+                return a.state.to_string();
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("a reading client never heard its job behind the flood");
+    assert!(!got.is_empty(), "the signal stream ended");
+    wait_state(&c, id, "RUNNING").await;
+    c.cancel(id).await.unwrap();
+    wait_state(&c, id, "CANCELLED").await;
 }
