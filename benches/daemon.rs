@@ -198,6 +198,7 @@ async fn main() {
     );
     // Finish them all (cancel: the quickest way through), then measure again.
     let ids: Vec<u64> = list_all(&c, HashMap::from([entry("all_users", true)])).await;
+    let (cancel_t0, cancel_cpu0) = (Instant::now(), cpu_ticks(child.id()));
     let mut tasks = Vec::new();
     for chunk in ids.chunks(ids.len().div_ceil(8).max(1)) {
         let chunk = chunk.to_vec();
@@ -238,6 +239,12 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    println!(
+        "cancel of {} pending jobs by 8 clients, until no object is left: {:.1} s, xlurmd CPU {:.1} s",
+        ids.len(),
+        cancel_t0.elapsed().as_secs_f64(),
+        (cpu_ticks(child.id()) - cancel_cpu0) as f64 / clk_tck()
+    );
     // Then one trim tick (5 s); the figures after show whether more comes back.
     let mut trail = Vec::new();
     for _ in 0..4 {
