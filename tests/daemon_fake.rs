@@ -1611,14 +1611,17 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
     wait_state(&c, running, "RUNNING").await;
     // The fake backend's polls find the GPU idle; the rule here flags it
     // after a second.
-    let t0 = Instant::now();
-    while get_str(&c.get_job(running).await.unwrap(), "flag") != "IdleGPU" {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "never flagged IdleGPU"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let idle_gpu = async |c: &SchedulerProxy<'_>| {
+        let t0 = Instant::now();
+        while get_str(&c.get_job(running).await.unwrap(), "flag") != "IdleGPU" {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "never flagged IdleGPU"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    idle_gpu(&c).await;
     let mut seen_job = std::collections::BTreeSet::new();
     seen_job.extend(keys(&cli_json(
         &e,
@@ -1654,6 +1657,10 @@ async fn the_json_schemas_in_docs_json_md_are_what_the_daemon_sends() {
     conn.release_name("org.xlurm.Scheduler1").await.unwrap();
     drop(conn);
     let (_d2, _c2) = daemon(&e).await;
+    // A running job's load samples are kept in memory only: the restarted
+    // daemon's polls give it new ones (its usage row has gpu_util from them;
+    // a cancel before the first poll left none on a loaded machine).
+    idle_gpu(&c).await;
     c.cancel(running).await.unwrap();
     let job = wait_state(&c, pending, "COMPLETED").await;
     assert!(
