@@ -100,9 +100,7 @@ impl Brief {
             detail: intern(job.outcome().map_or("", |o| o.detail.as_str())),
         }
     }
-}
 
-impl Brief {
     /// Its array and index, if it was an array's task (array IDs are jobs'
     /// IDs: never 0).
     pub fn task(&self) -> Option<(JobId, u32)> {
@@ -148,17 +146,18 @@ pub struct Ended {
 /// How many out-of-order jobs [`Ended`] keeps aside before merging them.
 pub const LATE_MERGE: usize = 4096;
 
-/// Two iterators in ID order merged into one; `first(a, b)`: whether `a`
-/// comes before `b`. IDs are never in both.
-fn merged<'a>(
-    a: impl Iterator<Item = (JobId, &'a Brief)>,
-    b: impl Iterator<Item = (JobId, &'a Brief)>,
-    first: fn(JobId, JobId) -> bool,
-) -> impl Iterator<Item = (JobId, &'a Brief)> {
+/// Two iterators, each in order, merged into one; `first(a, b)`: whether
+/// `a` comes before `b`. (Ended jobs' two parts here; jobs in full and in
+/// brief in `service::state`.)
+pub fn merge_sorted<T>(
+    a: impl Iterator<Item = T>,
+    b: impl Iterator<Item = T>,
+    first: impl Fn(&T, &T) -> bool,
+) -> impl Iterator<Item = T> {
     let (mut a, mut b) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || {
         let take_a = match (a.peek(), b.peek()) {
-            (Some((x, _)), Some((y, _))) => first(*x, *y),
+            (Some(x), Some(y)) => first(x, y),
             (Some(_), None) => true,
             (None, _) => false,
         };
@@ -219,20 +218,20 @@ impl Ended {
 
     /// Highest ID first.
     pub fn iter_rev(&self) -> impl Iterator<Item = (JobId, &Brief)> {
-        merged(
+        merge_sorted(
             self.sorted.iter().rev().map(|(id, b)| (*id, b)),
             self.late.iter().rev().map(|(id, b)| (*id, b)),
-            |a, b| a > b,
+            |a, b| a.0 > b.0,
         )
     }
 
     /// Lowest ID first, from `from` on.
     pub fn iter_from(&self, from: JobId) -> impl Iterator<Item = (JobId, &Brief)> {
         let start = self.sorted.partition_point(|e| e.0 < from);
-        merged(
+        merge_sorted(
             self.sorted[start..].iter().map(|(id, b)| (*id, b)),
             self.late.range(from..).map(|(id, b)| (*id, b)),
-            |a, b| a < b,
+            |a, b| a.0 < b.0,
         )
     }
 

@@ -10,7 +10,7 @@ mod stage;
 mod table;
 
 pub use array::Task;
-pub use brief::{Brief, Ended, Shared, Strings};
+pub use brief::{merge_sorted, Brief, Ended, Shared, Strings};
 pub use stage::{After, End, Gate, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
 pub use table::Jobs;
 

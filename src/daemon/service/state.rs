@@ -42,20 +42,11 @@ fn merge<'a>(
     brief: impl Iterator<Item = (JobId, &'a Brief)>,
     first: fn(JobId, JobId) -> bool,
 ) -> impl Iterator<Item = (JobId, Found<'a>)> {
-    let (mut full, mut brief) = (full.peekable(), brief.peekable());
-    std::iter::from_fn(move || {
-        let take_full = match (full.peek(), brief.peek()) {
-            (Some((a, _)), Some((b, _))) => first(**a, *b),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        if take_full {
-            full.next().map(|(id, j)| (*id, Found::Full(j)))
-        } else {
-            brief.next().map(|(id, b)| (id, Found::Brief(b)))
-        }
-    })
+    crate::daemon::job::merge_sorted(
+        full.map(|(id, j)| (*id, Found::Full(j))),
+        brief.map(|(id, b)| (id, Found::Brief(b))),
+        move |a, b| first(a.0, b.0),
+    )
 }
 
 /// A job found by ID: in full, or ended and kept in brief.
@@ -188,8 +179,7 @@ impl State {
         }
         // Reading the log left its scratch (each record parsed whole, the
         // index of records) free in the heap: give it back now, not never.
-        st.retired = 1;
-        st.trim();
+        crate::daemon::heap::give_back();
         st
     }
 
