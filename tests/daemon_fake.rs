@@ -1100,12 +1100,14 @@ async fn ended_units_are_collected_once_no_job_waits() {
         s.insert("cpus".into(), zbus::OwnedVariant::from(4u32));
         s
     };
-    let (a, _) = c.submit(whole()).await.unwrap();
-    let (b, _) = c.submit(whole()).await.unwrap();
-    let (ua, ub) = (
-        format!("xlurm-job-{a}.service"),
-        format!("xlurm-job-{b}.service"),
-    );
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(c.submit(whole()).await.unwrap().0);
+    }
+    let units: Vec<String> = ids
+        .iter()
+        .map(|id| format!("xlurm-job-{id}.service"))
+        .collect();
     let loaded = |unit: &str, want: bool| {
         let (fake, unit) = (e.fake.clone(), unit.to_string());
         async move {
@@ -1119,17 +1121,22 @@ async fn ended_units_are_collected_once_no_job_waits() {
             }
         }
     };
-    loaded(&ua, true).await;
-    e.fake.finish(&ua, 0).await;
-    wait_state(&c, a, "COMPLETED").await;
-    loaded(&ub, true).await;
+    // The first ends: the second starts, the third still waits.
+    loaded(&units[0], true).await;
+    e.fake.finish(&units[0], 0).await;
+    wait_state(&c, ids[0], "COMPLETED").await;
+    loaded(&units[1], true).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(e.fake.is_loaded(&ua), "collected between starts");
-    // b ends and nothing waits: both go.
-    e.fake.finish(&ub, 0).await;
-    wait_state(&c, b, "COMPLETED").await;
-    loaded(&ua, false).await;
-    loaded(&ub, false).await;
+    assert!(e.fake.is_loaded(&units[0]), "collected while a job waits");
+    // The second ends, the third starts and nothing waits: both ended go.
+    e.fake.finish(&units[1], 0).await;
+    wait_state(&c, ids[1], "COMPLETED").await;
+    loaded(&units[2], true).await;
+    loaded(&units[0], false).await;
+    loaded(&units[1], false).await;
+    e.fake.finish(&units[2], 0).await;
+    wait_state(&c, ids[2], "COMPLETED").await;
+    loaded(&units[2], false).await;
 }
 
 /// Units that end while xlurmd still waits for StartTransientUnit's answer

@@ -605,6 +605,16 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             }
         }));
     }
+    // Collector: ended units in batches while jobs wait (see `collect_ended`).
+    {
+        let d = daemon.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                d.collect.notified().await;
+                d.collect_ended().await;
+            }
+        }));
+    }
     // Device monitoring: every 2 s per backend, off the event loop, with a timeout.
     for active in &daemon.accel {
         let poller = crate::accel::Poller::new(active.backend.clone(), active.devices.clone());

@@ -33,6 +33,8 @@ pub struct MemoryUnits {
     /// While set, starts and time-limit reloads wait for a permit of it
     /// (see `hold_starts`).
     held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
+    /// While set, accounting reads wait for a permit of it (see `hold_accounting`).
+    held_accounting: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 /// The CPU time every finished unit reports (ns).
@@ -52,10 +54,25 @@ impl MemoryUnits {
         gate
     }
 
+    /// From now on each accounting read of an ended unit waits (systemd
+    /// busy) until the test adds a permit to the semaphore returned.
+    pub fn hold_accounting(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        *self
+            .held_accounting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
+        gate
+    }
+
     /// Waits for a permit while calls are held (see `hold_starts`); the
     /// permit is taken for good: one call per permit.
     async fn wait_if_held(&self) {
-        let gate = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Self::wait_for(&self.held).await
+    }
+
+    async fn wait_for(held: &Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>) {
+        let gate = held.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(gate) = gate {
             if let Ok(p) = gate.acquire().await {
                 p.forget();
@@ -224,6 +241,7 @@ impl Units for MemoryUnits {
 
     async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
         self.call("accounting", unit);
+        Self::wait_for(&self.held_accounting).await;
         status.cpu_nsec = Some(CPU_NSEC);
         status.memory_peak = self.unit(unit).and_then(|u| u.memory_peak);
         status

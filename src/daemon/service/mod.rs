@@ -70,6 +70,8 @@ pub struct Daemon<U = Systemd> {
     pub systemd: U,
     /// Wakes the scheduling loop.
     pub kick: Notify,
+    /// Wakes the collector: [`reconcile::COLLECT_BATCH`] ended units wait (see `collect_ended`).
+    pub collect: Notify,
     /// Tells the API layer what changed about which job (for signals).
     pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
     /// The accelerator backends in use and the devices they found.
@@ -169,6 +171,7 @@ impl<U: Units> Daemon<U> {
             settings,
             systemd,
             kick: Notify::new(),
+            collect: Notify::new(),
             changes: tx,
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
