@@ -32,10 +32,13 @@ pub struct MemoryUnits {
     pub m: Mutex<Manager>,
     /// While set, starts and time-limit reloads wait for a permit of it
     /// (see `hold_starts`).
-    held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
+    held: Gate,
     /// While set, accounting reads wait for a permit of it (see `hold_accounting`).
-    held_accounting: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
+    held_accounting: Gate,
 }
+
+/// Calls of one kind held by a test: while set, each waits for a permit.
+type Gate = Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>;
 
 /// The CPU time every finished unit reports (ns).
 pub const CPU_NSEC: u64 = 1_000_000;
@@ -49,20 +52,19 @@ impl MemoryUnits {
     /// From now on each start and each time-limit reload waits (systemd
     /// busy) until the test adds a permit to the semaphore returned.
     pub fn hold_starts(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
-        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
-        gate
+        Self::hold(&self.held)
     }
 
     /// From now on each accounting read of an ended unit waits (systemd
     /// busy) until the test adds a permit to the semaphore returned.
     pub fn hold_accounting(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
-        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-        *self
-            .held_accounting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(gate.clone());
-        gate
+        Self::hold(&self.held_accounting)
+    }
+
+    fn hold(gate: &Gate) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        *gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(permits.clone());
+        permits
     }
 
     /// Waits for a permit while calls are held (see `hold_starts`); the
@@ -71,10 +73,10 @@ impl MemoryUnits {
         Self::wait_for(&self.held).await
     }
 
-    async fn wait_for(held: &Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>) {
-        let gate = held.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(gate) = gate {
-            if let Ok(p) = gate.acquire().await {
+    async fn wait_for(gate: &Gate) {
+        let permits = gate.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(permits) = permits {
+            if let Ok(p) = permits.acquire().await {
                 p.forget();
             }
         }

@@ -292,12 +292,10 @@ impl<U: Units> Daemon<U> {
     /// another invocation's (LOST, perhaps requeued), its place was free
     /// all the same.
     async fn free_resources(&self, id: JobId) {
+        // The scheduler knows what holds resources: a job it does not run
+        // (ended, or never started) frees nothing.
         let mut st = self.state.lock().await;
-        let running = st
-            .jobs
-            .get(&id)
-            .is_some_and(|j| !j.is_final() && j.run().is_some());
-        if running && st.sched.finish_at(id, now_usec() / 1_000_000).is_some() {
+        if st.sched.finish_at(id, now_usec() / 1_000_000).is_some() {
             drop(st);
             self.kick.notify_one();
         }
