@@ -5,29 +5,48 @@ use super::client::{get, Dict};
 use anyhow::Result;
 
 pub(super) fn local_time(usec: u64, with_year: bool) -> String {
+    let mut out = String::new();
+    push_local_time(&mut out, usec, with_year);
+    out
+}
+
+/// Appends [`local_time`] to `out` (`[YYYY-]MM-DD HH:MM:SS` in local time,
+/// `-` for 0), without a `format!` per call: `xqueue` writes one per row.
+pub(super) fn push_local_time(out: &mut String, usec: u64, with_year: bool) {
     if usec == 0 {
-        return "-".into();
+        out.push('-');
+        return;
     }
     let secs = (usec / 1_000_000) as libc::time_t;
     // SAFETY: localtime_r writes only into `tm`, which we own.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
     if !ok {
-        return "-".into();
+        out.push('-');
+        return;
     }
-    let base = format!(
-        "{:02}-{:02} {:02}:{:02}:{:02}",
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    );
     if with_year {
-        format!("{}-{base}", tm.tm_year + 1900)
-    } else {
-        base
+        out.push_str(itoa::Buffer::new().format(i64::from(tm.tm_year) + 1900));
+        out.push('-');
     }
+    push_2(out, tm.tm_mon + 1);
+    out.push('-');
+    push_2(out, tm.tm_mday);
+    out.push(' ');
+    push_2(out, tm.tm_hour);
+    out.push(':');
+    push_2(out, tm.tm_min);
+    out.push(':');
+    push_2(out, tm.tm_sec);
+}
+
+/// `v` as `{:02}` would write it.
+fn push_2(out: &mut String, v: impl Into<i64>) {
+    let v = v.into();
+    if (0..10).contains(&v) {
+        out.push('0');
+    }
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 /// `HH:MM:SS`, or `D-HH:MM:SS` past a day.
@@ -62,11 +81,24 @@ pub fn efficiency(job: &Dict) -> Option<String> {
 }
 
 pub fn duration(secs: u64) -> String {
+    let mut out = String::new();
+    push_duration(&mut out, secs);
+    out
+}
+
+/// Appends [`duration`] to `out`.
+pub(super) fn push_duration(out: &mut String, secs: u64) {
     let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
+        out.push_str(itoa::Buffer::new().format(d));
+        out.push('-');
+    }
+    for (i, v) in [h, m, s].into_iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        // Each is below 100 (h < 24, m and s < 60).
+        push_2(out, v as i64);
     }
 }
 
@@ -132,6 +164,42 @@ mod tests {
     fn durations() {
         assert_eq!(duration(3661), "01:01:01");
         assert_eq!(duration(90061), "1-01:01:01");
+        // As `format!` writes them, across every field's carry.
+        for secs in (0..200_000u64).step_by(7).chain([86_399, 86_400, u64::MAX]) {
+            let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+            let want = if d > 0 {
+                format!("{d}-{h:02}:{m:02}:{s:02}")
+            } else {
+                format!("{h:02}:{m:02}:{s:02}")
+            };
+            assert_eq!(duration(secs), want, "{secs}");
+        }
+    }
+
+    #[test]
+    fn local_times_are_localtime_r_formatted() {
+        assert_eq!(local_time(0, true), "-");
+        for secs in (0..4_000_000_000i64)
+            .step_by(99_991_987)
+            .chain([1, 59, 86_399])
+        {
+            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            assert!(!unsafe { libc::localtime_r(&secs, &mut tm) }.is_null());
+            let base = format!(
+                "{:02}-{:02} {:02}:{:02}:{:02}",
+                tm.tm_mon + 1,
+                tm.tm_mday,
+                tm.tm_hour,
+                tm.tm_min,
+                tm.tm_sec
+            );
+            let usec = secs as u64 * 1_000_000 + 999_999;
+            assert_eq!(local_time(usec, false), base);
+            assert_eq!(
+                local_time(usec, true),
+                format!("{}-{base}", tm.tm_year + 1900)
+            );
+        }
     }
 
     #[test]

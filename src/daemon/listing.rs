@@ -260,7 +260,6 @@ pub fn encode(st: &State, uid: u32, f: &Filter, out: &std::fs::File) -> std::io:
             .filter(|(id, j)| f.keeps(uid, *id, j));
         lines(st, jobs, |l| {
             // Pieces end 8-aligned, so alignment within one is alignment in the file.
-            piece.resize(piece.len().next_multiple_of(8), 0);
             l.write(&mut piece);
             if piece.len() >= PIECE {
                 let end = piece.len().next_multiple_of(8);

@@ -144,8 +144,10 @@ macro_rules! queue_line {
                 LINE_FIXED_BYTES $(+ <$t as Field>::text_len(&self.$field))*
             }
 
-            /// Writes it as one struct, at an 8-aligned offset of `b`.
+            /// Writes it as one struct, padding `b` to an 8-aligned offset
+            /// first (a struct's alignment).
             pub fn write(&self, b: &mut Vec<u8>) {
+                pad(b, 8);
                 $(<$t as Field>::put(b, &self.$field);)*
             }
 
@@ -241,7 +243,6 @@ impl<'a> Reader<'a> {
 pub fn encode(lines: &[Line<'_>]) -> Vec<u8> {
     let mut b = vec![0; 8];
     for l in lines {
-        pad(&mut b, 8);
         l.write(&mut b);
     }
     let len = (b.len() - 8) as u32;
@@ -269,29 +270,86 @@ pub fn decode(b: &[u8]) -> anyhow::Result<Vec<Line<'_>>> {
     Ok(out)
 }
 
-/// A job list as read from `ListJobsByFileDescriptor`'s descriptor.
-pub struct Listing(Vec<u8>);
+/// A job list as read from `ListJobsByFileDescriptor`'s descriptor: mapped
+/// where xlurmd sealed it against shrinking (it always does), else copied.
+pub struct Listing(Bytes);
+
+enum Bytes {
+    Copied(Vec<u8>),
+    /// A read-only shared mapping of the whole memfd; unmapped on drop.
+    Mapped(std::ptr::NonNull<libc::c_void>, usize),
+}
 
 impl Listing {
+    fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Bytes::Copied(v) => v,
+            // SAFETY: the mapping is `len` readable bytes, lives as long as
+            // `self`, and its file cannot shrink (F_SEAL_SHRINK), so no page
+            // of it can vanish under the reader (no SIGBUS).
+            Bytes::Mapped(p, len) => unsafe {
+                std::slice::from_raw_parts(p.as_ptr().cast::<u8>(), *len)
+            },
+        }
+    }
+
     /// Its lines, borrowed from it, oldest first.
     pub fn lines(&self) -> anyhow::Result<Vec<Line<'_>>> {
-        decode(&self.0)
+        decode(self.bytes())
     }
 }
 
-/// Reads the descriptor `ListJobsByFileDescriptor` returned.
+// SAFETY: the mapping is read-only and owned by the `Listing` alone.
+unsafe impl Send for Listing {}
+// SAFETY: as for `Send`: shared access only ever reads it.
+unsafe impl Sync for Listing {}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        if let Bytes::Mapped(p, len) = self.0 {
+            // SAFETY: `p`/`len` are the mapping made in `read_fd`, unmapped once.
+            unsafe { libc::munmap(p.as_ptr(), len) };
+        }
+    }
+}
+
+/// Reads the descriptor `ListJobsByFileDescriptor` returned. A 100,000-job
+/// list is about 13 MB: mapping it instead of copying saves the copy and the
+/// page faults of a buffer that size.
 pub fn read_fd(fd: OwnedFd) -> anyhow::Result<Listing> {
     use anyhow::Context as _;
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::from(fd);
     let len = file
         .metadata()
         .context("reading the job list's size")?
         .len() as usize;
+    // SAFETY: F_GET_SEALS only reads the descriptor's seals.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    if len > 0 && seals >= 0 && seals & libc::F_SEAL_SHRINK != 0 {
+        // SAFETY: a fresh read-only private mapping of `len` bytes of a file
+        // that cannot shrink below `len`; nothing else aliases it mutably.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            if let Some(p) = std::ptr::NonNull::new(p) {
+                return Ok(Listing(Bytes::Mapped(p, len)));
+            }
+        }
+    }
     let mut bytes = vec![0u8; len];
     file.read_exact_at(&mut bytes, 0)
         .context("reading the job list")?;
-    Ok(Listing(bytes))
+    Ok(Listing(Bytes::Copied(bytes)))
 }
 
 #[cfg(test)]
