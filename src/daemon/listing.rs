@@ -471,6 +471,7 @@ mod tests {
         let fd = to_memfd(|file| encode(&st, 0, &all(), file)).unwrap();
         let copy = fd.try_clone().unwrap();
         let listing = read_fd(fd).unwrap();
+        assert!(listing.is_mapped(), "sealed against shrinking: mapped");
         let lines: Vec<JobSummary> = listing
             .lines()
             .unwrap()

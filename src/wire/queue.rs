@@ -297,6 +297,11 @@ impl Listing {
     pub fn lines(&self) -> anyhow::Result<Vec<Line<'_>>> {
         decode(self.bytes())
     }
+
+    /// Whether it is mapped rather than copied.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.0, Bytes::Mapped(..))
+    }
 }
 
 // SAFETY: the mapping is read-only and owned by the `Listing` alone.
@@ -389,6 +394,27 @@ mod tests {
             <Vec<JobSummary> as Type>::SIGNATURE.to_string(),
             "a(tsusssttttutbsiss)"
         );
+    }
+
+    #[test]
+    fn a_list_that_could_shrink_is_copied_not_mapped() {
+        use std::io::Write;
+        let jobs = [sample(1, "abc"), sample(2, "héllo wörld")];
+        let lines: Vec<Line<'_>> = jobs.iter().map(JobSummary::line).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&encode(&lines)).unwrap();
+        let listing = read_fd(f.into()).unwrap();
+        assert!(!listing.is_mapped(), "a plain file can shrink: copied");
+        let back: Vec<JobSummary> = listing
+            .lines()
+            .unwrap()
+            .into_iter()
+            .map(JobSummary::from)
+            .collect();
+        assert_eq!(back, jobs);
+        let empty = read_fd(tempfile::tempfile().unwrap().into()).unwrap();
+        assert!(!empty.is_mapped());
+        assert!(empty.lines().is_err(), "an empty list is cut short");
     }
 
     #[test]
