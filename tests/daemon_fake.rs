@@ -2522,3 +2522,144 @@ async fn a_subscriber_that_never_reads_stalls_neither_xlurmd_nor_other_clients()
     c.cancel(id).await.unwrap();
     wait_state(&c, id, "CANCELLED").await;
 }
+
+/// A raw method call to xlurmd: its reply's body as a string (or its
+/// signature), or the error's name and message.
+async fn raw_call<B>(
+    conn: &zbus::Connection,
+    path: &str,
+    iface: &str,
+    member: &str,
+    body: &B,
+) -> Result<String, String>
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    match conn
+        .call_method(
+            Some("org.xlurm.Scheduler1"),
+            path,
+            Some(iface),
+            member,
+            body,
+        )
+        .await
+    {
+        Ok(reply) => Ok(reply
+            .body()
+            .deserialize::<String>()
+            .unwrap_or_else(|_| reply.body().signature().to_string())),
+        Err(e) => Err(error_name(e)),
+    }
+}
+
+/// Job objects are answered from the job table (not registered one by one):
+/// they behave as any D-Bus object does, with the standard interfaces and
+/// errors, from the queue down to the job, and nothing else answers.
+#[tokio::test]
+async fn job_objects_answer_as_registered_objects_would() {
+    let e = env(Mode::Instant).await;
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, id, "RUNNING").await;
+    let conn = e.bus.connect().await.unwrap();
+    let job = format!("/org/xlurm/Scheduler1/job/{id}");
+    const PROPS: &str = "org.freedesktop.DBus.Properties";
+    const INTRO: &str = "org.freedesktop.DBus.Introspectable";
+    // Every level of the tree introspects and names the next one.
+    for (path, child) in [
+        ("/", "org"),
+        ("/org", "xlurm"),
+        ("/org/xlurm", "Scheduler1"),
+        ("/org/xlurm/Scheduler1", "job"),
+    ] {
+        let xml = raw_call(&conn, path, INTRO, "Introspect", &())
+            .await
+            .unwrap();
+        assert!(
+            xml.contains(&format!("<node name=\"{child}\"/>")),
+            "{path}: {xml}"
+        );
+        assert!(xml.contains("org.freedesktop.DBus.Peer"), "{path}: {xml}");
+    }
+    let jobs = raw_call(&conn, "/org/xlurm/Scheduler1/job", INTRO, "Introspect", &())
+        .await
+        .unwrap();
+    assert!(jobs.contains(&format!("<node name=\"{id}\"/>")), "{jobs}");
+    // The job's own object.
+    let state = conn
+        .call_method(
+            Some("org.xlurm.Scheduler1"),
+            job.as_str(),
+            Some(PROPS),
+            "Get",
+            &("org.xlurm.Job1", "Id"),
+        )
+        .await
+        .unwrap();
+    let v: zbus::OwnedVariant = state.body().deserialize().unwrap();
+    assert_eq!(u64::try_from(v).unwrap(), id);
+    assert_eq!(
+        raw_call(&conn, &job, "org.freedesktop.DBus.Peer", "Ping", &()).await,
+        Ok("".to_string()),
+        "Peer answers"
+    );
+    // The errors a registered object would give.
+    let wrong = [
+        (
+            format!("{PATH}/job/0{id}"),
+            INTRO,
+            "Introspect",
+            "UnknownObject",
+        ),
+        (
+            format!("{PATH}/job/999999"),
+            INTRO,
+            "Introspect",
+            "UnknownObject",
+        ),
+        (
+            format!("{PATH}/job/x"),
+            INTRO,
+            "Introspect",
+            "UnknownObject",
+        ),
+        (format!("{PATH}/jobs"), INTRO, "Introspect", "UnknownObject"),
+        (
+            job.clone(),
+            "org.xlurm.Scheduler1",
+            "Submit",
+            "UnknownInterface",
+        ),
+        (job.clone(), "org.xlurm.Job1", "Explode", "UnknownMethod"),
+        (job.clone(), INTRO, "Explode", "UnknownMethod"),
+    ];
+    for (path, iface, member, want) in wrong {
+        let got = raw_call(&conn, &path, iface, member, &()).await;
+        assert!(
+            got.as_ref().is_err_and(|n| n.contains(want)),
+            "{iface}.{member} on {path}: {got:?}, not {want}"
+        );
+    }
+    let unknown = raw_call(&conn, &job, PROPS, "Get", &("org.xlurm.Job1", "Colour")).await;
+    assert!(unknown.unwrap_err().contains("UnknownProperty"));
+    let set = raw_call(
+        &conn,
+        &job,
+        PROPS,
+        "Set",
+        &("org.xlurm.Job1", "State", zbus::Variant::from("COMPLETED")),
+    )
+    .await;
+    assert!(set.unwrap_err().contains("PropertyReadOnly"));
+    let bad_args = raw_call(&conn, &job, PROPS, "Get", &(42u32,)).await;
+    assert!(bad_args.unwrap_err().contains("InvalidArgs"));
+    assert_eq!(
+        c.get_job(id).await.map(|j| get_str(&j, "state")).unwrap(),
+        "RUNNING",
+        "nothing changed"
+    );
+}
+
+const PATH: &str = "/org/xlurm/Scheduler1";

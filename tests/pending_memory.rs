@@ -1,6 +1,7 @@
 //! What a pending job costs xlurmd's heap (issue 21: at most 1 KiB a pending
-//! job beyond what is on disk, its D-Bus object included; `cargo bench
-//! --bench cli` measures the whole process's RSS). Alone in its own test
+//! job beyond what is on disk; its D-Bus object holds nothing of its own, see
+//! `job_object_memory`; `cargo bench --bench cli` measures the whole
+//! process's RSS). Alone in its own test
 //! binary, so no other test's allocations count: 10,000 batch jobs of one
 //! user, each with a 2 KiB environment and a script (kept on disk, not in
 //! memory, while they wait), through the submit handler over the in-memory

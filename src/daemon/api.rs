@@ -35,6 +35,19 @@ pub struct SchedulerApi {
     pub audience: Arc<Audience>,
 }
 
+/// PropertiesChanged for one property of Scheduler1. (Not the generated
+/// `<property>_changed`: it would start zbus's own object server, see
+/// `objects`.)
+async fn announce(em: &SignalEmitter<'_>, name: &str, value: zbus::Variant<'_>) {
+    let _ = zbus::fdo::Properties::properties_changed(
+        em,
+        zbus::names::InterfaceName::from_static_str_unchecked(BUS_NAME),
+        HashMap::from([(name, value)]),
+        std::borrow::Cow::Borrowed(&[]),
+    )
+    .await;
+}
+
 fn wire_now() -> u64 {
     crate::wire::time::now_usec() / 1_000_000
 }
@@ -553,7 +566,7 @@ impl SchedulerApi {
             .await?;
         self.daemon.state.lock().await.sched.set_policy(p);
         tracing::info!("policy set to {p}");
-        let _ = self.policy_changed(&em).await;
+        announce(&em, "Policy", p.name().into()).await;
         self.daemon.kick.notify_one();
         Ok(())
     }
@@ -579,7 +592,7 @@ impl SchedulerApi {
             limits.max_running = max_running;
             st.sched.set_limits(limits);
         }
-        let _ = self.max_running_changed(&em).await;
+        announce(&em, "MaxRunning", max_running.into()).await;
         self.daemon.kick.notify_one();
         Ok(())
     }
@@ -610,7 +623,7 @@ impl SchedulerApi {
             .map_err(|e| ApiError::Failed(e.to_string()))?;
         let dir = self.daemon.state.lock().await.store.dir().to_path_buf();
         let kept = super::device_gate::save(&dir, on);
-        let _ = self.gate_changed(&em).await;
+        announce(&em, "Gate", self.daemon.gate.is_on().into()).await;
         kept.map_err(|e| {
             ApiError::Failed(format!(
                 "the gate is {}, but keeping the setting failed (a restart would go back): {e:#}",

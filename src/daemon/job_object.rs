@@ -1,7 +1,9 @@
 //! org.xlurm.Job1: one D-Bus object per job at `/org/xlurm/Scheduler1/job/<id>`.
 //!
 //! Objects exist while a job is pending or running and for a while after it
-//! ends (`OBJECT_LINGER` by default), so a client watching it sees the final state;
+//! ends (`OBJECT_LINGER` by default), so a client watching it sees the final
+//! state: while it is in the job table in full, which is where `objects`
+//! finds it when it is called (objects are not registered one by one);
 //! afterwards `GetJob` still answers for as long as the job is retained.
 //! Properties carry the queue summary only (never command, environment or
 //! output), so they are readable by everyone like the queue itself. On a
@@ -304,45 +306,34 @@ fn changed_properties(j: &Job) -> HashMap<&'static str, Variant<'static>> {
 /// Signals that job `id` now shows IdleGPU, or no longer does (and its
 /// Reason, which says so, is to be read again).
 pub async fn usage_changed(conn: &Connection, daemon: &Arc<Daemon>, id: JobId) {
-    let path = job_path(id);
-    let Ok(iface) = conn
-        .object_server()
-        .interface::<_, JobObject>(path.as_str())
-        .await
-    else {
-        return;
-    };
-    let idle = {
-        let st = daemon.state.lock().await;
-        st.jobs.get(&id).is_some_and(|j| j.flag().is_some())
-    };
-    let _ = zbus::fdo::Properties::properties_changed(
-        iface.signal_emitter(),
-        zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
-        HashMap::from([("IdleGPU", Variant::from(idle))]),
-        std::borrow::Cow::Borrowed(&["Reason"]),
-    )
-    .await;
+    let idle = |j: &Job| ("IdleGPU", Variant::from(j.flag().is_some()));
+    announce(conn, daemon, id, idle, &["Reason"]).await;
 }
 
 /// Signals that job `id`'s unit invocation became known (it runs).
-pub async fn invocation_known(conn: &Connection, id: JobId) {
-    let path = job_path(id);
-    if let Ok(iface) = conn
-        .object_server()
-        .interface::<_, JobObject>(path.as_str())
-        .await
-    {
-        let _ = iface
-            .get()
-            .await
-            .invocation_id_changed(iface.signal_emitter())
-            .await;
-    }
+pub async fn invocation_known(conn: &Connection, daemon: &Arc<Daemon>, id: JobId) {
+    let invocation = |j: &Job| ("InvocationId", Variant::from(j.invocation_id().to_string()));
+    announce(conn, daemon, id, invocation, &[]).await;
 }
 
-/// Publishes, updates and retires job objects as jobs change state. On a
-/// private queue (`publish` false) jobs have no objects (see `audience`);
+/// PropertiesChanged with one property of job `id` as `property` reads it
+/// now, if the job is still in the table.
+async fn announce(
+    conn: &Connection,
+    daemon: &Arc<Daemon>,
+    id: JobId,
+    property: impl FnOnce(&Job) -> (&'static str, Variant<'static>),
+    invalidated: &[&str],
+) {
+    let Some((name, value)) = daemon.state.lock().await.jobs.get(&id).map(property) else {
+        return;
+    };
+    emit_changed(conn, id, HashMap::from([(name, value)]), invalidated).await;
+}
+
+/// Tells job `id`'s watchers what changed, and retires it from the job
+/// table `object_linger` after it ended (its object goes with it: see
+/// `objects`). On a private queue (`publish` false) jobs have no objects;
 /// a finished job still goes into brief after the same while.
 pub async fn on_change(
     conn: &Connection,
@@ -351,62 +342,49 @@ pub async fn on_change(
     state: JobState,
     publish: bool,
 ) {
-    let path = job_path(id);
-    if publish {
-        update_object(conn, daemon, &path, id, state).await;
-    }
-    if state.is_final() {
-        let conn = conn.clone();
-        let linger = daemon.settings.object_linger;
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(linger).await;
-            let _ = conn
-                .object_server()
-                .remove::<JobObject, _>(path.as_str())
-                .await;
-            // Nobody watches it closely any more: keep it in brief.
-            daemon.state.lock().await.retire(id);
-        });
-    }
-}
-
-/// Puts job `id`'s object on the bus, or tells its watchers what changed.
-async fn update_object(
-    conn: &Connection,
-    daemon: &Arc<Daemon>,
-    path: &str,
-    id: JobId,
-    state: JobState,
-) {
-    let server = conn.object_server();
-    let object = || JobObject {
-        daemon: daemon.clone(),
-        id,
-    };
-    if state == JobState::Pending {
-        let _ = server.at(path, object()).await;
-    } else if let Ok(iface) = server.interface::<_, JobObject>(path).await {
+    // A job's object exists from its submission on: nothing changed yet.
+    if publish && state != JobState::Pending {
         let changed = {
             let st = daemon.state.lock().await;
             st.jobs.get(&id).map(changed_properties)
         };
         if let Some(changed) = changed {
             // Reason is meaningful only while pending: clients read it anew.
-            let _ = zbus::fdo::Properties::properties_changed(
-                iface.signal_emitter(),
-                zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
+            emit_changed(
+                conn,
+                id,
                 changed,
-                std::borrow::Cow::Borrowed(&[
-                    "Reason",
-                    "EstimatedStart",
-                    "Estimate",
-                    "ExpectedStart",
-                ]),
+                &["Reason", "EstimatedStart", "Estimate", "ExpectedStart"],
             )
             .await;
         }
-    } else if !state.is_final() {
-        let _ = server.at(path, object()).await;
     }
+    if state.is_final() {
+        let linger = daemon.settings.object_linger;
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            // Nobody watches it closely any more: keep it in brief.
+            daemon.state.lock().await.retire(id);
+        });
+    }
+}
+
+/// PropertiesChanged of org.xlurm.Job1 on job `id`'s object.
+async fn emit_changed(
+    conn: &Connection,
+    id: JobId,
+    changed: HashMap<&str, Variant<'_>>,
+    invalidated: &[&str],
+) {
+    let Ok(emitter) = zbus::object_server::SignalEmitter::new(conn, job_path(id)) else {
+        return;
+    };
+    let _ = zbus::fdo::Properties::properties_changed(
+        &emitter,
+        zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
+        changed,
+        std::borrow::Cow::Borrowed(invalidated),
+    )
+    .await;
 }

@@ -14,6 +14,7 @@ pub mod job_object;
 pub mod journal;
 pub mod listing;
 pub mod monitor;
+mod objects;
 pub mod options;
 pub mod outcome;
 pub mod output;

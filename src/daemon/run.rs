@@ -531,10 +531,12 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         fixed_uid: None,
         audience: audience.clone(),
     };
-    conn.object_server()
-        .at(PATH, api)
-        .await
-        .map_err(|e| Refusal(format!("serving {PATH}: {e}")))?;
+    let publish = audience.public();
+    tasks.push(
+        super::objects::Objects::serve(&conn, api, publish)
+            .await
+            .map_err(|e| Refusal(format!("serving {PATH}: {e}")))?,
+    );
     conn.request_name(BUS_NAME)
         .await
         .map_err(|e| Refusal(format!("cannot own {BUS_NAME} ({e}): is another xlurmd running, and is the bus policy installed?")))?;
@@ -551,17 +553,17 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     {
         let conn = conn.clone();
         let d = daemon.clone();
-        let active: Vec<(u64, super::job::JobState)> = {
+        // Jobs that ended before a restart leave the table after the usual while.
+        let ended: Vec<(u64, super::job::JobState)> = {
             let st = daemon.state.lock().await;
             st.jobs
                 .values()
-                .filter(|j| !j.state().is_final())
+                .filter(|j| j.state().is_final())
                 .map(|j| (j.id, j.state()))
                 .collect()
         };
-        let publish = audience.public();
-        for (id, state) in active {
-            super::job_object::on_change(&conn, &daemon, id, state, publish).await;
+        for (id, state) in ended {
+            super::job_object::on_change(&conn, &daemon, id, state, false).await;
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, change)) = changes.recv().await {
@@ -569,7 +571,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                     Change::State(state) => state,
                     Change::Invocation => {
                         if publish {
-                            super::job_object::invocation_known(&conn, id).await;
+                            super::job_object::invocation_known(&conn, &d, id).await;
                         }
                         continue;
                     }
