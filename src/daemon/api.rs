@@ -35,17 +35,10 @@ pub struct SchedulerApi {
     pub audience: Arc<Audience>,
 }
 
-/// PropertiesChanged for one property of Scheduler1. (Not the generated
-/// `<property>_changed`: it would start zbus's own object server, see
-/// `objects`.)
+/// PropertiesChanged for one property of Scheduler1.
 async fn announce(em: &SignalEmitter<'_>, name: &str, value: zbus::Variant<'_>) {
-    let _ = zbus::fdo::Properties::properties_changed(
-        em,
-        zbus::names::InterfaceName::from_static_str_unchecked(BUS_NAME),
-        HashMap::from([(name, value)]),
-        std::borrow::Cow::Borrowed(&[]),
-    )
-    .await;
+    let changed = HashMap::from([(name, value)]);
+    super::objects::properties_changed(em, super::objects::SCHEDULER1, changed, &[]).await;
 }
 
 fn wire_now() -> u64 {

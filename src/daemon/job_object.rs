@@ -360,14 +360,19 @@ pub async fn on_change(
         }
     }
     if state.is_final() {
-        let linger = daemon.settings.object_linger;
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(linger).await;
-            // Nobody watches it closely any more: keep it in brief.
-            daemon.state.lock().await.retire(id);
-        });
+        retire_later(daemon, id);
     }
+}
+
+/// Moves ended job `id` out of the table (its object goes with it) into
+/// brief, `object_linger` from now: nobody watches it closely any more.
+pub fn retire_later(daemon: &Arc<Daemon>, id: JobId) {
+    let linger = daemon.settings.object_linger;
+    let daemon = daemon.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(linger).await;
+        daemon.state.lock().await.retire(id);
+    });
 }
 
 /// PropertiesChanged of org.xlurm.Job1 on job `id`'s object.
@@ -377,14 +382,8 @@ async fn emit_changed(
     changed: HashMap<&str, Variant<'_>>,
     invalidated: &[&str],
 ) {
-    let Ok(emitter) = zbus::object_server::SignalEmitter::new(conn, job_path(id)) else {
-        return;
-    };
-    let _ = zbus::fdo::Properties::properties_changed(
-        &emitter,
-        zbus::names::InterfaceName::from_static_str_unchecked("org.xlurm.Job1"),
-        changed,
-        std::borrow::Cow::Borrowed(invalidated),
-    )
-    .await;
+    if let Ok(emitter) = zbus::object_server::SignalEmitter::new(conn, job_path(id)) {
+        super::objects::properties_changed(&emitter, super::objects::JOB1, changed, invalidated)
+            .await;
+    }
 }

@@ -32,8 +32,8 @@ use zbus::{fdo, Connection, Message, MessageStream, ObjectServer, OwnedVariant};
 
 /// The path under which job objects live.
 const JOBS: &str = "/org/xlurm/Scheduler1/job";
-const SCHEDULER1: &str = "org.xlurm.Scheduler1";
-const JOB1: &str = "org.xlurm.Job1";
+pub const SCHEDULER1: &str = "org.xlurm.Scheduler1";
+pub const JOB1: &str = "org.xlurm.Job1";
 const PEER: &str = "org.freedesktop.DBus.Peer";
 const INTROSPECTABLE: &str = "org.freedesktop.DBus.Introspectable";
 const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
@@ -292,6 +292,24 @@ impl Objects {
             )))),
         }
     }
+}
+
+/// PropertiesChanged of `interface` on `emitter`'s object, sent directly
+/// (not with the `<Property>_changed` helpers the interface macro generates:
+/// they start zbus's own object server on the connection, see above).
+pub async fn properties_changed(
+    emitter: &SignalEmitter<'_>,
+    interface: &'static str,
+    changed: HashMap<&str, zbus::Variant<'_>>,
+    invalidated: &[&str],
+) {
+    let _ = fdo::Properties::properties_changed(
+        emitter,
+        zbus::names::InterfaceName::from_static_str_unchecked(interface),
+        changed,
+        std::borrow::Cow::Borrowed(invalidated),
+    )
+    .await;
 }
 
 /// A job's ID as its path names it: digits only, no leading zero, so each job

@@ -554,16 +554,16 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         let conn = conn.clone();
         let d = daemon.clone();
         // Jobs that ended before a restart leave the table after the usual while.
-        let ended: Vec<(u64, super::job::JobState)> = {
+        let ended: Vec<u64> = {
             let st = daemon.state.lock().await;
             st.jobs
                 .values()
                 .filter(|j| j.state().is_final())
-                .map(|j| (j.id, j.state()))
+                .map(|j| j.id)
                 .collect()
         };
-        for (id, state) in ended {
-            super::job_object::on_change(&conn, &daemon, id, state, false).await;
+        for id in ended {
+            super::job_object::retire_later(&daemon, id);
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, change)) = changes.recv().await {
