@@ -248,8 +248,9 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
     );
     assert_eq!(u64::try_from(p("MemoryMax")).unwrap(), 1 << 30);
     assert_eq!(u64::try_from(p("MemorySwapMax")).unwrap(), 0);
-    assert_eq!(String::try_from(p("DevicePolicy")).unwrap(), "closed");
-    assert_eq!(String::try_from(p("Slice")).unwrap(), "xlurm.slice");
+    // No accelerator: closed by its slice (see the nodev slice's test).
+    assert!(!props.contains_key("DevicePolicy"));
+    assert_eq!(String::try_from(p("Slice")).unwrap(), "xlurm-nodev.slice");
     // By number (the caller's uid as the bus told it), never by name.
     assert_eq!(
         String::try_from(p("User")).unwrap(),
@@ -291,6 +292,69 @@ fn unit_properties(e: &Env, id: u64) -> HashMap<String, zbus::OwnedVariant> {
         .iter()
         .map(|(k, v)| (k.clone(), v.try_clone().unwrap()))
         .collect()
+}
+
+/// Jobs without accelerators run in `xlurm-nodev.slice`, which xlurmd
+/// closed to devices at its start, and carry no device program of their own
+/// (systemd builds one per unit that has a policy); jobs with accelerators
+/// keep theirs in `xlurm.slice`. When systemd will not close the slice,
+/// every unit closes itself as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_without_accelerators_run_in_the_slice_xlurmd_closed() {
+    for refused in [false, true] {
+        let mut e = env(Mode::Run).await;
+        e.devices = one_gpu();
+        e.fake.shared.lock().unwrap().refuse_set_properties = refused;
+        let (_d, _c) = daemon(&e).await;
+        let c = client(&e).await;
+        let sets = e.fake.shared.lock().unwrap().set_properties.clone();
+        if refused {
+            assert!(sets.is_empty(), "{sets:?}");
+        } else {
+            let (unit, runtime, props) = &sets[0];
+            assert_eq!((unit.as_str(), *runtime), ("xlurm-nodev.slice", true));
+            let policy = String::try_from(props["DevicePolicy"].try_clone().unwrap()).unwrap();
+            assert_eq!(policy, "closed");
+            let allow =
+                Vec::<(String, String)>::try_from(props["DeviceAllow"].try_clone().unwrap())
+                    .unwrap();
+            assert!(allow.is_empty(), "{allow:?}");
+        }
+        let mut ids = Vec::new();
+        for gpus in [0u32, 1] {
+            let mut s = spec(&["/bin/true"]);
+            s.extend([entry("gpus", gpus)]);
+            ids.push(c.submit(s).await.unwrap().0);
+        }
+        for id in &ids {
+            wait_state(&c, *id, "COMPLETED").await;
+        }
+        let cpu = unit_properties(&e, ids[0]);
+        let gpu = unit_properties(&e, ids[1]);
+        let slice = |p: &HashMap<String, zbus::OwnedVariant>| {
+            String::try_from(p["Slice"].try_clone().unwrap()).unwrap()
+        };
+        let policy = |p: &HashMap<String, zbus::OwnedVariant>| {
+            p.get("DevicePolicy")
+                .map(|v| String::try_from(v.try_clone().unwrap()).unwrap())
+        };
+        if refused {
+            assert_eq!(slice(&cpu), "xlurm.slice");
+            assert_eq!(policy(&cpu).as_deref(), Some("closed"));
+        } else {
+            assert_eq!(slice(&cpu), "xlurm-nodev.slice");
+            assert_eq!(policy(&cpu), None);
+            assert!(!cpu.contains_key("DeviceAllow"));
+        }
+        assert_eq!(slice(&gpu), "xlurm.slice");
+        assert_eq!(policy(&gpu).as_deref(), Some("closed"));
+        let allow =
+            Vec::<(String, String)>::try_from(gpu["DeviceAllow"].try_clone().unwrap()).unwrap();
+        assert!(
+            allow.iter().any(|(node, _)| node.contains("nvidia")),
+            "{allow:?}"
+        );
+    }
 }
 
 /// `xbatch ARGS` against the test's daemon: its job ID, or its stderr.
@@ -1046,8 +1110,9 @@ async fn a_job_is_followed_through_its_units_signals_without_whole_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_peak_systemd_does_not_report_is_the_last_one_read_from_the_cgroup() {
     let mut e = env(Mode::Instant).await;
-    let cgroups = tempfile::tempdir().unwrap();
-    e.job_cgroups = Some(cgroups.path().to_path_buf());
+    let root = tempfile::tempdir().unwrap();
+    let slice = root.path().join("xlurm.slice");
+    e.job_cgroups = Some(slice.clone());
     e.recheck = Duration::from_millis(100);
     e.fake.shared.lock().unwrap().no_memory_peak = true;
     let (_d, _c) = daemon(&e).await;
@@ -1062,8 +1127,9 @@ async fn a_memory_peak_systemd_does_not_report_is_the_last_one_read_from_the_cgr
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let dir = cgroups.path().join(&unit);
-    std::fs::create_dir(&dir).unwrap();
+    // A job without accelerators: in the nodev slice below the job slice.
+    let dir = slice.join("xlurm-nodev.slice").join(&unit);
+    std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("memory.peak"), "9876543\n").unwrap();
     // A few looks at it while it runs; then the cgroup goes with the job.
     tokio::time::sleep(Duration::from_millis(400)).await;

@@ -282,8 +282,17 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
     }))
     .expect("a job record");
     check_held_bytes(&job);
+    // Each unit closed by its own device policy, or (xlurmd having closed
+    // the nodev slice at start) by the slice's.
+    for nodev_slice in [None, unit::nodev_slice("xlurm.slice")] {
+        check_unit_properties(s, &job, nodev_slice);
+    }
+}
+
+fn check_unit_properties(s: &Spec, job: &Job, nodev_slice: Option<String>) {
     let settings = UnitSettings {
         slice: "xlurm.slice".into(),
+        nodev_slice: nodev_slice.clone(),
         user_mode: false,
         script_dir: "/var/lib/xlurm/scripts".into(),
         stop_timeout_usec: 10_000_000,
@@ -295,7 +304,7 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
         gid: 1000,
         groups: vec![],
     };
-    let props = unit::properties(&job, &settings, Some(&run_as), &[], &[], None);
+    let props = unit::properties(job, &settings, Some(&run_as), &[], &[], None);
     let get = |name: &str| -> Vec<&Variant<'static>> {
         props
             .iter()
@@ -310,9 +319,20 @@ fn check_unit(s: &Spec, demand: xlurm::core::Demand) {
     };
     assert_eq!(one("User"), &Variant::from("1000"));
     assert_eq!(one("Group"), &Variant::from("1000"));
-    assert_eq!(one("Slice"), &Variant::from("xlurm.slice"));
     assert_eq!(one("NoNewPrivileges"), &Variant::from(true));
-    assert_eq!(one("DevicePolicy"), &Variant::from("closed"));
+    match &nodev_slice {
+        None => {
+            assert_eq!(one("Slice"), &Variant::from("xlurm.slice"));
+            assert_eq!(one("DevicePolicy"), &Variant::from("closed"));
+        }
+        Some(nodev) => {
+            // No devices: the slice's closed policy, none of its own.
+            assert_eq!(one("Slice"), &Variant::from(nodev.as_str()));
+            assert!(get("DevicePolicy").is_empty() && get("DeviceAllow").is_empty());
+            let closed = unit::nodev_slice_properties();
+            assert!(closed.contains(&("DevicePolicy", Variant::from("closed"))));
+        }
+    }
     assert_eq!(one("MemorySwapMax"), &Variant::from(0u64));
     assert_eq!(one("KillMode"), &Variant::from("control-group"));
     assert_eq!(one("WorkingDirectory"), &Variant::from(s.cwd.clone()));

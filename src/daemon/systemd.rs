@@ -515,8 +515,16 @@ impl Units for Systemd {
     /// (`memory.peak`; systemd removes the cgroup as soon as the job's
     /// processes are gone, and only systemd 256 and later keep the figure as
     /// `MemoryPeak`). `None` if it cannot be read.
+    /// A job without accelerators runs in the nodev slice below the job
+    /// slice (`unit::nodev_slice`), the others in the job slice itself.
     fn memory_peak_now(&self, unit: &str) -> Option<u64> {
-        read_memory_peak(&self.job_cgroups.as_ref()?.join(unit))
+        let dir = self.job_cgroups.as_ref()?;
+        let nodev = dir
+            .file_name()
+            .and_then(|n| crate::daemon::unit::nodev_slice(&n.to_string_lossy()));
+        nodev
+            .and_then(|n| read_memory_peak(&dir.join(n).join(unit)))
+            .or_else(|| read_memory_peak(&dir.join(unit)))
     }
 
     /// Completes a finished unit's status from signals with what systemd does

@@ -48,6 +48,10 @@ pub struct Shared {
     pub exit_at_once: bool,
     /// Report no memory peak, as systemd before 256 (no `MemoryPeak`).
     pub no_memory_peak: bool,
+    /// Every SetUnitProperties call: the unit, whether runtime, the properties.
+    pub set_properties: Vec<(String, bool, HashMap<String, OwnedVariant>)>,
+    /// SetUnitProperties fails (access denied), as a manager may.
+    pub refuse_set_properties: bool,
 }
 
 #[derive(Clone)]
@@ -171,6 +175,29 @@ impl Manager {
         self.fake.stop(&name).await?;
         OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
             .map_err(|e| SdError::Failed(e.to_string()))
+    }
+
+    fn set_unit_properties(
+        &self,
+        name: String,
+        runtime: bool,
+        properties: Vec<(String, OwnedVariant)>,
+    ) -> zbus::fdo::Result<()> {
+        let mut shared = self
+            .fake
+            .shared
+            .lock()
+            .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+        if shared.refuse_set_properties {
+            return Err(zbus::fdo::Error::AccessDenied(
+                "Access denied (the double refuses SetUnitProperties)".into(),
+            ));
+        }
+        // Later values of a name win, as systemd applies them in order.
+        shared
+            .set_properties
+            .push((name, runtime, properties.into_iter().collect()));
+        Ok(())
     }
 
     async fn reset_failed_unit(&self, name: String) -> zbus::fdo::Result<()> {

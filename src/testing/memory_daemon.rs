@@ -46,6 +46,7 @@ pub fn settings(store: &Store) -> Settings {
             stop_timeout_usec: 10_000_000,
             tee_path: "/usr/bin/xlurm".into(),
             memory_nodes: crate::daemon::unit::MemoryNodes::Fence,
+            nodev_slice: None,
         },
         budget: Default::default(),
         retention_secs: 3600,

@@ -4,7 +4,8 @@
 # cwd or output, cannot cancel his job, cannot change policy/limits/devices (polkit),
 # cannot run as anyone else (spec keys user/uid/unit/slice... are refused), her job
 # runs as her with NoNewPrivileges (a setuid-root binary gains nothing), cannot open a
-# block device (DevicePolicy=closed: EPERM even with a 0666 node), cannot leave its
+# block device (DevicePolicy=closed of xlurm-nodev.slice, where jobs without
+# accelerators run: EPERM even with a 0666 node), cannot leave its
 # cgroup, ends at its time limit and dies whole on cancel. The admin (group
 # xlurm-admin, granted by the example polkit rule) may do the admin actions; root may
 # do all. State files are root-only and a started job's environment leaves the disk.
@@ -189,9 +190,9 @@ assert_contains "$out" "suid_euid=1001" "setuid-root binary gains nothing (NoNew
 assert_contains "$out" "$(printf 'NoNewPrivs:\t1')" "NoNewPrivs is 1"
 assert_contains "$out" "$(printf 'CapEff:\t0000000000000000')" "no effective capabilities"
 assert_contains "$out" "$(printf 'CapAmb:\t0000000000000000')" "no ambient capabilities"
-assert_contains "$out" "Operation not permitted" "block device open is EPERM (DevicePolicy=closed)"
+assert_contains "$out" "Operation not permitted" "block device open is EPERM (xlurm-nodev.slice's DevicePolicy=closed)"
 assert_contains "$out" "head_rc=1" "block device read failed"
-assert_contains "$out" "cgroup=0::/xlurm.slice/xlurm-job-" "job in its unit's cgroup"
+assert_contains "$out" "cgroup=0::/xlurm.slice/xlurm-nodev.slice/xlurm-job-" "job in its unit's cgroup"
 assert_not_contains "$out" "escape_root_rc=0" "cannot move itself to the root cgroup"
 assert_not_contains "$out" "escape_slice_rc=0" "cannot move itself to xlurm.slice"
 cg=$(echo "$out" | sed -n 's/^cgroup=//p'); cga=$(echo "$out" | sed -n 's/^cgroup_after=//p')

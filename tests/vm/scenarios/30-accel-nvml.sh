@@ -223,6 +223,8 @@ f=$1; shift
     for v in CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER ASCEND_RT_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES; do
         echo "$v=${!v-<unset>}"
     done
+    echo "cgroup=$(sed -n 's/^0:://p' /proc/self/cgroup)"
+    echo "unit_policy=$(systemctl show -p DevicePolicy --value "xlurm-job-$XLURM_JOB_ID.service")"
     for n in "$@"; do
         if err=$( { : <>"$n"; } 2>&1 ); then echo "open $n: opened"; else echo "open $n: ${err##*: }"; fi
     done
@@ -261,15 +263,25 @@ expect_denied /dev/davinci4 "another vendor's node"
 expect_var CUDA_VISIBLE_DEVICES "${nv_uuid[0]}"
 expect_var CUDA_DEVICE_ORDER PCI_BUS_ID
 expect_var ASCEND_RT_VISIBLE_DEVICES -1
+# A job with devices has its own device program, in the job slice.
+expect_var unit_policy closed
+expect_var cgroup "/xlurm.slice/xlurm-job-$(sed -n 's/^XLURM_JOB_ID=//p' <<<"$probe").service"
 
 check "a CPU job (-g 0) sees CUDA_VISIBLE_DEVICES=-1 (even when the user set it) and no GPU node"
-probe_nodes=(/dev/nvidia0 /dev/nvidia1 /dev/nvidiactl)
+# It runs in xlurm-nodev.slice, closed by xlurmd at its start, with no device
+# program of its own (one per unit costs PID 1 the most of a job's isolation).
+assert_eq closed "$(systemctl show -p DevicePolicy --value xlurm-nodev.slice)" "xlurm-nodev.slice's DevicePolicy"
+probe_nodes=(/dev/nvidia0 /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm /dev/davinci4)
 run_probe cpu env CUDA_VISIBLE_DEVICES=0 xrun -g 0 --
 assert_eq 0 "$probe_rc" "probe job exit code"
 expect_var CUDA_VISIBLE_DEVICES -1
+expect_var unit_policy auto
+expect_var cgroup "/xlurm.slice/xlurm-nodev.slice/xlurm-job-$(sed -n 's/^XLURM_JOB_ID=//p' <<<"$probe").service"
 expect_denied /dev/nvidia0 "CPU job"
 expect_denied /dev/nvidia1 "CPU job"
 expect_denied /dev/nvidiactl "CPU job"
+expect_denied /dev/nvidia-uvm "CPU job"
+expect_denied /dev/davinci4 "CPU job"
 
 check "two concurrent 1-GPU jobs get different GPUs, each fenced to its own"
 probe_nodes=(/dev/nvidia0 /dev/nvidia1)
