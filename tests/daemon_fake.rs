@@ -1974,6 +1974,61 @@ async fn xrun_cancels_a_silent_job_once_its_output_reader_goes_away() {
     xrun_with_its_reader_gone(&t).await;
 }
 
+/// A connection's uid is asked of the bus once, at its first call: unique
+/// names are never given again and a connection's credentials never change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_uid_is_asked_of_the_bus_once() {
+    let e = env(Mode::Instant).await;
+    let (d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    for _ in 0..3 {
+        c.get_job(id).await.unwrap();
+    }
+    assert_eq!(d.daemon.callers.len(), 1);
+    let other = client(&e).await;
+    let job = other.get_job(id).await.unwrap();
+    assert_eq!(get::<u64>(&job, "id"), Some(id));
+    assert_eq!(d.daemon.callers.len(), 2);
+}
+
+/// Until systemd has started a job's unit the job has printed nothing:
+/// ReadLog answers at once without a look at the journal (xrun asks as soon
+/// as its job is placed, while systemd is busy starting it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_is_not_looked_for_before_the_unit_started() {
+    use std::os::unix::fs::PermissionsExt;
+    let tools = tempfile::tempdir().unwrap();
+    let calls = tools.path().join("calls");
+    let path = tools.path().join("journalctl");
+    let line = r#"{"__REALTIME_TIMESTAMP":"1","__CURSOR":"c1","MESSAGE":"hello"}"#;
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >>'{}'\ncase \"$*\" in *--after-cursor=*) exit 0 ;; esac\nprintf '%s' '{line}'\n",
+        calls.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut e = env(Mode::Run).await;
+    e.journalctl = path.to_string_lossy().into_owned();
+    e.fake.shared.lock().unwrap().start_delay = Duration::from_millis(1500);
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, id, "RUNNING").await;
+    let (lines, cursor, state, _) = c.read_log(id, "", 100).await.unwrap();
+    assert!(lines.is_empty(), "{lines:?}");
+    assert_eq!((cursor.as_str(), state.as_str()), ("", "RUNNING"));
+    assert!(
+        !calls.exists(),
+        "the journal was read before the unit started"
+    );
+    // Once it ran, its output is read as ever.
+    wait_state(&c, id, "COMPLETED").await;
+    let (lines, cursor, _, _) = c.read_log(id, "", 100).await.unwrap();
+    assert_eq!((lines, cursor.as_str()), (vec!["hello".to_string()], "c1"));
+    assert!(calls.exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_journald_rotated_away_is_reported_not_silently_missing() {
     // The journal's oldest entry is younger than the job: its first lines are gone.

@@ -87,8 +87,9 @@ impl SchedulerApi {
         let sender = hdr
             .sender()
             .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        dbus.get_connection_unix_user(sender.clone().into())
+        self.daemon
+            .callers
+            .uid(conn, sender)
             .await
             .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
     }

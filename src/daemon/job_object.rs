@@ -55,11 +55,10 @@ impl JobObject {
         let sender = hdr
             .sender()
             .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        let uid = dbus
-            .get_connection_unix_user(sender.clone().into())
-            .await
-            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))?;
+        let uid =
+            self.daemon.callers.uid(conn, sender).await.map_err(|e| {
+                ApiError::PermissionDenied(format!("cannot identify the caller: {e}"))
+            })?;
         let owner = self.with(|j| j.uid, uid).await;
         if !super::service::owns(uid, owner) {
             return Err(ApiError::PermissionDenied(format!(

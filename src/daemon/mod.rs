@@ -5,6 +5,7 @@ pub mod api;
 mod api_caller;
 pub mod as_user;
 pub mod audience;
+pub mod callers;
 pub mod device_gate;
 pub mod fairness;
 pub mod heap;

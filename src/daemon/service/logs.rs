@@ -84,7 +84,7 @@ impl<U: Units> Daemon<U> {
         cursor: &str,
         max: u32,
     ) -> ApiResult<LogPage> {
-        let (src, state) = {
+        let (src, state, started) = {
             let st = self.state.lock().await;
             if self.sight_of(&st, uid, id, false)? != Sight::Own {
                 return Err(self.not_yours(&st, id, " and root may read its output"));
@@ -93,7 +93,8 @@ impl<U: Units> Daemon<U> {
                 .full(id)
                 .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
                 .ok_or_else(|| no_such_job(id))?;
-            (self.log_source(&job), job.state())
+            let started = !job.invocation_id().is_empty();
+            (self.log_source(&job), job.state(), started)
         };
         let mut out = LogPage {
             lines: Vec::new(),
@@ -101,7 +102,10 @@ impl<U: Units> Daemon<U> {
             state,
             missing_before: 0,
         };
-        if state == JobState::Pending {
+        // Until systemd has started its unit (its invocation is known), the
+        // job has printed nothing: no look at the journal, which would take
+        // CPU from that start (`xrun` asks as soon as its job is placed).
+        if state == JobState::Pending || (state == JobState::Running && !started) {
             return Ok(out);
         }
         let _turn = self.log_reads.turn(uid).await?;

@@ -80,6 +80,8 @@ pub struct Daemon<U = Systemd> {
     stopping: std::sync::atomic::AtomicBool,
     /// The accelerator gate (`daemon::device_gate`).
     pub gate: crate::daemon::device_gate::Gate,
+    /// The uids of the bus connections that called lately.
+    pub callers: crate::daemon::callers::Callers,
     /// What it did since it started, for metrics (`xlurm metrics`).
     pub counters: Counters,
     /// Units of ended jobs (and their ActiveState when known) to collect
@@ -176,6 +178,7 @@ impl<U: Units> Daemon<U> {
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
             gate: Default::default(),
+            callers: Default::default(),
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
