@@ -96,6 +96,13 @@ impl Changes {
         self.0.recv().await
     }
 
+    /// Forgets the changes heard so far: a look at the job that follows
+    /// sees them all (a submission's PENDING and RUNNING arrive together;
+    /// one look, not one per change, while systemd starts the job).
+    pub(super) fn forget_heard(&mut self) {
+        while self.0.try_recv().is_ok() {}
+    }
+
     /// Returns when job `id` changes state (never, once the connection is gone).
     pub(super) async fn wait_for(&mut self, id: u64) {
         while let Some((j, _)) = self.0.recv().await {
@@ -226,5 +233,26 @@ impl LogStream {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn changes_heard_before_a_look_wake_no_second_look() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut changes = Changes(rx);
+        tx.send((7, "PENDING".to_string())).unwrap();
+        tx.send((7, "RUNNING".to_string())).unwrap();
+        changes.forget_heard();
+        // What comes after the look wakes the next one.
+        tx.send((7, "COMPLETED".to_string())).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), changes.wait_for(7))
+            .await
+            .unwrap();
+        let next = tokio::time::timeout(std::time::Duration::from_millis(50), changes.next()).await;
+        assert!(next.is_err(), "a change was left over: {next:?}");
     }
 }

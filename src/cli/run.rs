@@ -47,6 +47,7 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     // It answered the submission.
     stream.outage.answered = true;
     loop {
+        changes.forget_heard();
         // xlurmd restarting (an upgrade, an admin): wait for it, signals and all.
         let Some(job) = stream.outage.check(p.get_job(id).await, user)? else {
             tokio::select! {
