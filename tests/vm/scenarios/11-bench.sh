@@ -21,8 +21,16 @@ ms() { echo $(( ($2 - $1) / 1000000 )); }
 # isolated lanes ran at 0.75x bare (0.83x in the runs before), so the units' isolation
 # cost systemd more, not xlurm. The start rate's spread on unchanged code is thus
 # 0.77-1.01x. The tolerances keep the larger spreads measured.
+#
+# Session 20 (xlurm-nodev.slice, each connection's uid asked once, no journal
+# read before a job's unit started, xrun's one look per wake), three runs in
+# one session: start rate 1.10x, 1.15x and 0.90x bare (the isolated lanes
+# here run in xlurm-nodev.slice too, as xlurm's units do); systemd's CPU 0.71x,
+# 0.93x and 0.89x isolated; xrun 1.24x (before the last three changes),
+# 1.16x and 1.19x systemd-run. xrun's spread since bb91506: 1.11-1.30x.
 START_SPREAD=0.24
 CPU_SPREAD=0.08
+LAT_SPREAD=0.19
 # meets RATIO OP GOAL TOLERANCE WHAT: fails unless RATIO >= GOAL - TOLERANCE
 # (OP >=) or RATIO <= GOAL + TOLERANCE (OP <=).
 meets() {
@@ -44,7 +52,7 @@ for i in 1 2 3 4 5; do
 done
 b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
 lat_ratio=$(awk "BEGIN {printf \"%.2f\", $m / $b}")
-note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio ${lat_ratio}x (goal <= 1.2x, not yet met: issue 21)"
+note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio ${lat_ratio}x (goal <= 1.2x)"
 rm -f /tmp/lat-b /tmp/lat-x
 
 check "latency, submit to finished: bare systemd-run --wait vs xrun (5 runs each, median)"
@@ -177,5 +185,4 @@ note "start rate: ${start_ratio}x that of bare units (goal >= 0.95x); $(awk "BEG
 note "systemd's CPU for xlurm's jobs: ${cpu_ratio}x that for the isolated units (goal <= 1.1x)"
 meets "$start_ratio" ">=" 0.95 "$START_SPREAD" "start rate against bare units"
 meets "$cpu_ratio" "<=" 1.1 "$CPU_SPREAD" "systemd's CPU per job against isolated units"
-# xrun's latency misses its goal in most runs (1.17-1.30x; issue 21): printed, not
-# yet asserted, so that CI does not fail by chance on a known miss.
+meets "$lat_ratio" "<=" 1.2 "$LAT_SPREAD" "xrun's submit-to-running against systemd-run's"
