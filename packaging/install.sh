@@ -36,7 +36,7 @@ zsh_dir=/usr/share/zsh/vendor-completions           # Debian's; elsewhere zsh's 
 files=(
     /usr/bin/xlurmd /usr/bin/xlurm
     /usr/lib/systemd/system/xlurmd.service /usr/lib/systemd/system/xlurm.slice
-    /usr/lib/systemd/system/accel.slice
+    /usr/lib/systemd/system/accel.slice /usr/lib/systemd/system/xlurm-nodev.slice
     /usr/lib/systemd/system/xlurm-metrics.service /usr/lib/systemd/system/xlurm-metrics.timer
     /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf
     /usr/share/dbus-1/system-services/org.xlurm.Scheduler1.service
@@ -149,6 +149,7 @@ for l in "${names[@]}"; do ln -sfn xlurm "/usr/bin/$l"; n=$((n + 1)); done
 put 0644 "$root/units/xlurmd.service" /usr/lib/systemd/system/xlurmd.service
 put 0644 "$root/units/xlurm.slice" /usr/lib/systemd/system/xlurm.slice
 put 0644 "$root/units/accel.slice" /usr/lib/systemd/system/accel.slice
+put 0644 "$root/units/xlurm-nodev.slice" /usr/lib/systemd/system/xlurm-nodev.slice
 put 0644 "$root/units/xlurm-metrics.service" /usr/lib/systemd/system/xlurm-metrics.service
 put 0644 "$root/units/xlurm-metrics.timer" /usr/lib/systemd/system/xlurm-metrics.timer
 put 0644 "$root/dbus/org.xlurm.Scheduler1.conf" /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf

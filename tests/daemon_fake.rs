@@ -2010,7 +2010,7 @@ async fn output_is_not_looked_for_before_the_unit_started() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut e = env(Mode::Run).await;
     e.journalctl = path.to_string_lossy().into_owned();
-    e.fake.shared.lock().unwrap().start_delay = Duration::from_millis(1500);
+    e.fake.shared.lock().unwrap().start_delay = Duration::from_millis(5000);
     let (_d, _c) = daemon(&e).await;
     let c = client(&e).await;
     let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
@@ -2021,6 +2021,14 @@ async fn output_is_not_looked_for_before_the_unit_started() {
     assert!(
         !calls.exists(),
         "the journal was read before the unit started"
+    );
+    // A start systemd has not reported for seconds (its news may be lost):
+    // the journal is read as ever.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (lines, _, state, _) = c.read_log(id, "", 100).await.unwrap();
+    assert_eq!(
+        (lines, state.as_str()),
+        (vec!["hello".to_string()], "RUNNING")
     );
     // Once it ran, its output is read as ever.
     wait_state(&c, id, "COMPLETED").await;

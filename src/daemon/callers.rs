@@ -9,6 +9,10 @@
 //! calls (`xrun` follows its job with `GetJob` and `ReadLog`, `xlurm top`
 //! polls) then costs the broker one round trip in all, not one per call.
 //!
+//! Keyed by unique name alone: xlurmd has one bus connection (to one
+//! broker) and exits when it loses it, so every name comes from that
+//! broker.
+//!
 //! Bounded: at most [`CAPACITY`] connections are kept; the next one past
 //! that empties the list, so a flood of one-call clients costs a lookup
 //! each, as without the list, and never more memory.

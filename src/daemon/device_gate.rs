@@ -2,7 +2,8 @@
 //! sessions and user services in `user.slice`; services, cron jobs and
 //! containers in `system.slice`) cannot open the machine's accelerators,
 //! while each job still opens exactly its own (its unit's
-//! `DevicePolicy=closed` + `DeviceAllow`, in `xlurm.slice`).
+//! `DevicePolicy=closed` + `DeviceAllow`, in `xlurm.slice`; a job without
+//! accelerators none, closed by `xlurm-nodev.slice`).
 //!
 //! systemd's own means: a runtime drop-in for every user slice
 //! (`user-.slice.d/`, which covers each `user-UID.slice`) and for

@@ -25,9 +25,10 @@ pub struct RunAs {
 pub struct UnitSettings {
     pub slice: String,
     /// Where jobs that use no accelerator go: the child slice of `slice` named
-    /// by [`nodev_slice`], whose `DevicePolicy=closed` (set by xlurmd at every
-    /// start, [`NODEV_SLICE_PROPERTIES`]) binds every unit in it. `None` when
-    /// it could not be set: each unit then carries its own policy.
+    /// by [`nodev_slice`], whose `DevicePolicy=closed` (its unit file's, and
+    /// set by xlurmd at every start: [`nodev_slice_properties`]) binds every
+    /// unit in it. `None` when it could not be set: each unit then carries its
+    /// own policy.
     pub nodev_slice: Option<String>,
     /// A user manager cannot switch users: `User=` and friends are left out.
     pub user_mode: bool,
@@ -102,13 +103,16 @@ impl MemoryNodesChoice {
 /// that is not a slice's.
 ///
 /// Why: a unit's own `DevicePolicy=closed` makes systemd compile and attach a
-/// BPF device program for that unit alone, the costliest part of a job's
-/// isolation (VM probe `94-isolation-cost`: about 170 ms and 100 ms of PID
-/// 1's CPU per unit under emulation). The kernel runs the device programs of
-/// every ancestor cgroup too (`BPF_F_ALLOW_MULTI`) and a unit is allowed
-/// only what all of them allow, so one program on the slice closes every job
-/// in it for the price of one. Jobs with accelerators keep a unit program of
-/// their own, `closed` plus their devices, in `slice`.
+/// BPF device program for that unit alone. VM probe `94-isolation-cost`
+/// measured that at about 170 ms and 100 ms of PID 1's CPU per unit under
+/// emulation in one boot, and within the noise of bare units in others. The
+/// kernel runs the device programs of every ancestor cgroup too
+/// (`BPF_F_ALLOW_MULTI`) and a unit is allowed only what all of them allow,
+/// so the slice's one program closes every job in it. systemd builds the
+/// slice's program again whenever the controllers its children need change
+/// (when it empties or fills): under load, xlurm's units stay in it until
+/// they are collected. Jobs with accelerators keep a unit program of their
+/// own, `closed` plus their devices, in `slice`.
 pub fn nodev_slice(slice: &str) -> Option<String> {
     let stem = slice.strip_suffix(".slice")?;
     (!stem.is_empty() && stem != "-").then(|| format!("{stem}-nodev.slice"))

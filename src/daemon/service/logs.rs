@@ -75,6 +75,10 @@ impl LogReads {
     }
 }
 
+/// How long after its launch a job whose unit's start systemd has not yet
+/// reported gets no look at the journal (see `read_log`).
+const START_SETTLES_USEC: u64 = 3_000_000;
+
 impl<U: Units> Daemon<U> {
     /// A page of job `id`'s output after `cursor`, for its owner and root.
     pub async fn read_log(
@@ -84,7 +88,7 @@ impl<U: Units> Daemon<U> {
         cursor: &str,
         max: u32,
     ) -> ApiResult<LogPage> {
-        let (src, state, started) = {
+        let (src, state, started, start_usec) = {
             let st = self.state.lock().await;
             if self.sight_of(&st, uid, id, false)? != Sight::Own {
                 return Err(self.not_yours(&st, id, " and root may read its output"));
@@ -94,7 +98,12 @@ impl<U: Units> Daemon<U> {
                 .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
                 .ok_or_else(|| no_such_job(id))?;
             let started = !job.invocation_id().is_empty();
-            (self.log_source(&job), job.state(), started)
+            (
+                self.log_source(&job),
+                job.state(),
+                started,
+                job.start_usec(),
+            )
         };
         let mut out = LogPage {
             lines: Vec::new(),
@@ -104,8 +113,13 @@ impl<U: Units> Daemon<U> {
         };
         // Until systemd has started its unit (its invocation is known), the
         // job has printed nothing: no look at the journal, which would take
-        // CPU from that start (`xrun` asks as soon as its job is placed).
-        if state == JobState::Pending || (state == JobState::Running && !started) {
+        // CPU from that start (`xrun` asks as soon as its job is placed). For
+        // a few seconds only: should the news of the start be lost, the
+        // journal is read as ever.
+        let settling = state == JobState::Running
+            && !started
+            && crate::wire::time::now_usec() < start_usec.saturating_add(START_SETTLES_USEC);
+        if state == JobState::Pending || settling {
             return Ok(out);
         }
         let _turn = self.log_reads.turn(uid).await?;

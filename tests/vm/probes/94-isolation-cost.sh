@@ -71,7 +71,7 @@ run_set() {
     t0=$(date +%s%N)
     lane "${a[@]}" & p1=$!
     lane "${b[@]}" & p2=$!
-    wait $p1 $p2
+    wait $p1; wait $p2
     t1=$(date +%s%N)
     note "$(printf '%-9s %6d ms  systemd %4d  dbus %4d  guest %5d ticks' "$s" $(( (t1 - t0) / 1000000 )) \
         $(( $(ticks 1) - c0 )) $(( $(ticks "$dbus_pid") - d0 )) $(( $(busy) - b0 )))"
@@ -119,8 +119,9 @@ interleaved_lane() {
 check "interleaved, $n units per set, 2 lanes: ${mixed[*]}"
 interleaved_lane 0 >/tmp/lane0 & p1=$!
 interleaved_lane 1 >/tmp/lane1 & p2=$!
-wait $p1 $p2
+wait $p1; wait $p2
+systemctl stop keep.service
 for s in "${mixed[@]}"; do
     note "$(cat /tmp/lane0 /tmp/lane1 | awk -v s="$s" '$1 == s {t += $2; k++}
-        END {printf "%-9s %6d ms over %d units, %.0f ms each", s, t, k, t / k}')"
+        END {printf "%-9s %6d ms over %d units, %.0f ms each", s, t, k, k ? t / k : 0}')"
 done

@@ -27,7 +27,9 @@ ms() { echo $(( ($2 - $1) / 1000000 )); }
 # one session: start rate 1.10x, 1.15x and 0.90x bare (the isolated lanes
 # here run in xlurm-nodev.slice too, as xlurm's units do); systemd's CPU 0.71x,
 # 0.93x and 0.89x isolated; xrun 1.24x (before the last three changes),
-# 1.16x and 1.19x systemd-run. xrun's spread since bb91506: 1.11-1.30x.
+# 1.16x and 1.19x systemd-run, then 1.31x. xrun's spread since bb91506:
+# 1.11-1.31x, so its check fails a run past 1.39x: a guard against a
+# regression, not a proof that every run meets 1.2x.
 START_SPREAD=0.24
 CPU_SPREAD=0.08
 LAT_SPREAD=0.19

@@ -58,7 +58,8 @@ assert_eq active "$(systemctl is-active xlurmd)" "xlurmd active"
 
 check "the installed files"
 for f in /usr/bin/xlurmd /usr/bin/xlurm /usr/lib/systemd/system/xlurmd.service \
-         /usr/lib/systemd/system/xlurm.slice /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf \
+         /usr/lib/systemd/system/xlurm.slice /usr/lib/systemd/system/xlurm-nodev.slice \
+         /usr/share/dbus-1/system.d/org.xlurm.Scheduler1.conf \
          /usr/share/dbus-1/system-services/org.xlurm.Scheduler1.service \
          /usr/share/dbus-1/interfaces/org.xlurm.Scheduler1.xml \
          /usr/share/polkit-1/actions/org.xlurm.scheduler.policy \
