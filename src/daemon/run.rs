@@ -429,22 +429,6 @@ fn runtime_units(user: bool) -> Option<std::path::PathBuf> {
     }
 }
 
-/// Closes the slice of jobs that use no accelerator (`unit::nodev_slice`)
-/// to every device but the pseudo ones, as each of their units was closed
-/// before; `None` when systemd refuses, and each such unit then closes
-/// itself (a device program per start).
-async fn close_nodev_slice(systemd: &Systemd, slice: &str) -> Option<String> {
-    let nodev = super::unit::nodev_slice(slice)?;
-    let closed = super::unit::nodev_slice_properties();
-    match systemd.set_runtime_properties(&nodev, &closed).await {
-        Ok(()) => Some(nodev),
-        Err(e) => {
-            tracing::warn!("{e:#}: each job without accelerators closes its own devices");
-            None
-        }
-    }
-}
-
 /// Connects to systemd on `conn`, loads state, re-adopts jobs, serves the API
 /// and owns the bus name; the caller then signals readiness.
 pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, Refusal> {
@@ -467,7 +451,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     let version = systemd.version();
     let memory_nodes = cfg.memory_nodes.resolve(version);
     tracing::info!("systemd {version}: job memory kept on its nodes by {memory_nodes:?}");
-    let nodev_slice = close_nodev_slice(&systemd, &cfg.slice).await;
+    let nodev_slice = super::nodev_slice::close(&systemd, &cfg.slice).await;
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(
             "state directory {}: {e:#}",

@@ -74,6 +74,9 @@ pub struct Systemd {
     manager: ManagerProxy<'static>,
     /// The cgroup directory of the slice jobs run in (see `memory_peak_now`).
     job_cgroups: Option<std::path::PathBuf>,
+    /// The cgroup directory of the nodev slice below it (jobs without
+    /// accelerators: `daemon::nodev_slice`).
+    nodev_cgroups: Option<std::path::PathBuf>,
     /// Whether units have `MemoryPeak` (systemd 256 and later): if not, it
     /// is not asked for (one call fewer per job).
     has_memory_peak: bool,
@@ -366,6 +369,7 @@ impl Systemd {
             conn: conn.clone(),
             manager,
             job_cgroups: None,
+            nodev_cgroups: None,
             has_memory_peak: has_memory_peak(&version),
             version,
             runtime_units: None,
@@ -382,6 +386,10 @@ impl Systemd {
     /// Reads running units' memory peak under `dir`, the cgroup directory
     /// of their slice (see `memory_peak_now`).
     pub fn with_job_cgroups(mut self, dir: Option<std::path::PathBuf>) -> Systemd {
+        self.nodev_cgroups = dir.as_ref().and_then(|d| {
+            let slice = d.file_name()?.to_string_lossy();
+            Some(d.join(crate::daemon::nodev_slice::nodev_slice(&slice)?))
+        });
         self.job_cgroups = dir;
         self
     }
@@ -516,14 +524,12 @@ impl Units for Systemd {
     /// processes are gone, and only systemd 256 and later keep the figure as
     /// `MemoryPeak`). `None` if it cannot be read.
     /// A job without accelerators runs in the nodev slice below the job
-    /// slice (`unit::nodev_slice`), the others in the job slice itself.
+    /// slice (`daemon::nodev_slice`), the others in the job slice itself.
     fn memory_peak_now(&self, unit: &str) -> Option<u64> {
         let dir = self.job_cgroups.as_ref()?;
-        let nodev = dir
-            .file_name()
-            .and_then(|n| crate::daemon::unit::nodev_slice(&n.to_string_lossy()));
-        nodev
-            .and_then(|n| read_memory_peak(&dir.join(n).join(unit)))
+        self.nodev_cgroups
+            .as_ref()
+            .and_then(|d| read_memory_peak(&d.join(unit)))
             .or_else(|| read_memory_peak(&dir.join(unit)))
     }
 

@@ -6,6 +6,9 @@
 
 use super::job::Job;
 use super::job_env::environment;
+use super::memory_nodes::MPOL_LOCAL;
+pub use super::memory_nodes::{MemoryNodes, MemoryNodesChoice};
+pub use super::nodev_slice::{nodev_slice, nodev_slice_properties};
 use crate::core::JobId;
 use zbus::Variant;
 
@@ -41,99 +44,6 @@ pub struct UnitSettings {
     /// How a job's memory is kept on its NUMA nodes.
     pub memory_nodes: MemoryNodes,
 }
-
-/// How a job's memory is kept on the NUMA nodes it was given (`xlurmd
-/// --memory-nodes`; the admin guide weighs the two).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryNodes {
-    /// `AllowedMemoryNodes`: the kernel's cpuset fence, which no process of
-    /// the job can leave. systemd before 255 forks the job's process from
-    /// PID 1 and moves it into the unit's cgroup before it execs; the move
-    /// migrates the pages the child still shares with PID 1 to the job's
-    /// nodes, so jobs started on alternating nodes bounce PID 1's memory
-    /// between them (VM probe `95-memory-nodes`: 30 starts took 25.7 s instead of
-    /// 10.8 s). Later systemd spawns straight into the cgroup.
-    Fence,
-    /// `NUMAPolicy=local`: memory comes from the node of the CPU that touches
-    /// it, and `AllowedCPUs` keeps the job on its nodes' CPUs, so its pages
-    /// land on its nodes without moving PID 1's. Nothing fences them: a job
-    /// may ask for other nodes (`mbind`, `numactl`), or spill there when its
-    /// own are full, and its neighbours' memory then spills in turn (slower,
-    /// never killed: nobody is bound). `MemoryMax` still caps its total.
-    Local,
-}
-
-/// `--memory-nodes`: a mode, or `auto` (decided by systemd's version).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryNodesChoice {
-    Auto,
-    Is(MemoryNodes),
-}
-
-impl std::str::FromStr for MemoryNodesChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(MemoryNodesChoice::Auto),
-            "fence" => Ok(MemoryNodesChoice::Is(MemoryNodes::Fence)),
-            "local" => Ok(MemoryNodesChoice::Is(MemoryNodes::Local)),
-            _ => Err(format!("unknown mode {s:?} (use auto, fence or local)")),
-        }
-    }
-}
-
-impl MemoryNodesChoice {
-    /// The mode for the manager of `version` (its `Version` property,
-    /// `252.39-1~deb12u1`): `auto` fences where systemd spawns units straight
-    /// into their cgroup (255 and later, or a version it cannot read).
-    pub fn resolve(self, version: &str) -> MemoryNodes {
-        match self {
-            MemoryNodesChoice::Is(m) => m,
-            MemoryNodesChoice::Auto => match super::systemd::major_version(version) {
-                Some(v) if v < 255 => MemoryNodes::Local,
-                _ => MemoryNodes::Fence,
-            },
-        }
-    }
-}
-
-/// The child slice of `slice` for jobs that use no accelerator
-/// (`xlurm.slice`: `xlurm-nodev.slice`, whose cgroup is
-/// `xlurm.slice/xlurm-nodev.slice`); `None` for the root slice or a name
-/// that is not a slice's.
-///
-/// Why: a unit's own `DevicePolicy=closed` makes systemd compile and attach a
-/// BPF device program for that unit alone. VM probe `94-isolation-cost`
-/// measured that at about 170 ms and 100 ms of PID 1's CPU per unit under
-/// emulation in one boot, and within the noise of bare units in others. The
-/// kernel runs the device programs of every ancestor cgroup too
-/// (`BPF_F_ALLOW_MULTI`) and a unit is allowed only what all of them allow,
-/// so the slice's one program closes every job in it. systemd builds the
-/// slice's program again whenever the controllers its children need change
-/// (when it empties or fills): under load, xlurm's units stay in it until
-/// they are collected. Jobs with accelerators keep a unit program of their
-/// own, `closed` plus their devices, in `slice`.
-pub fn nodev_slice(slice: &str) -> Option<String> {
-    let stem = slice.strip_suffix(".slice")?;
-    (!stem.is_empty() && stem != "-").then(|| format!("{stem}-nodev.slice"))
-}
-
-/// What xlurmd sets on the [`nodev_slice`] at every start
-/// (`SetUnitProperties`, runtime: systemd keeps it in a drop-in under
-/// `/run/systemd/system.control` until reboot, so the slice is closed again
-/// when it is stopped and started or systemd reloads): the policy of a job
-/// unit that uses no accelerator, and no allow-list of its own. Terminals,
-/// `/dev/null` and the other pseudo devices stay open, as `closed` always
-/// allows them.
-pub fn nodev_slice_properties() -> Vec<(&'static str, Variant<'static>)> {
-    vec![
-        ("DevicePolicy", Variant::from("closed")),
-        ("DeviceAllow", Variant::from(Vec::<(String, String)>::new())),
-    ]
-}
-
-/// `MPOL_LOCAL` of set_mempolicy(2), the D-Bus value of `NUMAPolicy=local`.
-const MPOL_LOCAL: i32 = 4;
 
 /// The credential name under which a batch script snapshot is passed.
 pub const SCRIPT_CREDENTIAL: &str = "xlurm-script";
@@ -619,23 +529,6 @@ mod tests {
 
     #[test]
     fn jobs_without_accelerators_take_the_nodev_slices_device_policy() {
-        assert_eq!(
-            nodev_slice("xlurm.slice").as_deref(),
-            Some("xlurm-nodev.slice")
-        );
-        assert_eq!(
-            nodev_slice("batch-a.slice").as_deref(),
-            Some("batch-a-nodev.slice")
-        );
-        for none in ["-.slice", ".slice", "xlurm", "xlurm.service"] {
-            assert_eq!(nodev_slice(none), None, "{none}");
-        }
-        let closed = nodev_slice_properties();
-        assert_eq!(get(&closed, "DevicePolicy"), &Variant::from("closed"));
-        assert_eq!(
-            get(&closed, "DeviceAllow"),
-            &Variant::from(Vec::<(String, String)>::new())
-        );
         let s = UnitSettings {
             nodev_slice: nodev_slice("xlurm.slice"),
             ..settings()
@@ -704,23 +597,6 @@ mod tests {
         assert!(!p.iter().any(|(n, _)| *n == "AllowedMemoryNodes"));
         let fenced = properties(&running_job(), &settings(), None, &[], &[], None);
         assert!(!fenced.iter().any(|(n, _)| *n == "NUMAPolicy"));
-    }
-
-    #[test]
-    fn memory_nodes_auto_follows_systemd() {
-        use MemoryNodes::*;
-        let auto: MemoryNodesChoice = "auto".parse().unwrap();
-        assert_eq!(auto.resolve("252.39-1~deb12u1"), Local);
-        assert_eq!(auto.resolve("254"), Local);
-        assert_eq!(auto.resolve("255.4-1ubuntu8"), Fence);
-        assert_eq!(auto.resolve("257"), Fence);
-        assert_eq!(auto.resolve("fake"), Fence, "when it cannot tell, fence");
-        let fence: MemoryNodesChoice = "fence".parse().unwrap();
-        assert_eq!(fence.resolve("252"), Fence);
-        let local: MemoryNodesChoice = "local".parse().unwrap();
-        assert_eq!(local.resolve("257"), Local);
-        let bad = "bind".parse::<MemoryNodesChoice>().unwrap_err();
-        assert!(bad.contains("auto, fence or local"), "{bad}");
     }
 
     #[test]
