@@ -2037,6 +2037,92 @@ async fn output_is_not_looked_for_before_the_unit_started() {
     assert!(calls.exists());
 }
 
+/// A client that sends calls without waiting for their answers holds at
+/// most 32 of them per connection and 128 per user in xlurmd; past that, each
+/// is answered at once with LimitExceeded saying which (before, every call
+/// was kept, with its message, until answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_are_bounded_per_connection_and_per_user() {
+    use futures_util::future::join_all;
+    use std::os::unix::fs::PermissionsExt;
+    let tools = tempfile::tempdir().unwrap();
+    let path = tools.path().join("journalctl");
+    // A slow journal: each ReadLog stays in flight for seconds (4 read at
+    // once per user, the rest wait their turn).
+    std::fs::write(&path, "#!/bin/sh\nsleep 4\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut e = env(Mode::Run).await;
+    e.journalctl = path.to_string_lossy().into_owned();
+    let (_d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let (id, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, id, "COMPLETED").await;
+
+    /// Sends `n` ReadLog calls on a new connection at once; their answers,
+    /// LimitExceeded ones with how long they took.
+    async fn burst(
+        e: &Env,
+        id: u64,
+        n: usize,
+    ) -> tokio::task::JoinHandle<Vec<Result<(), (String, Duration)>>> {
+        let c = client(e).await;
+        tokio::spawn(async move {
+            let t0 = Instant::now();
+            join_all((0..n).map(|_| async {
+                match c.read_log(id, "", 10).await {
+                    Ok(_) => Ok(()),
+                    Err(err) => Err((error_name(err), t0.elapsed())),
+                }
+            }))
+            .await
+        })
+    }
+    let first = burst(&e, id, 40).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut more = Vec::new();
+    for _ in 0..3 {
+        more.push(burst(&e, id, 32).await);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let last = burst(&e, id, 10).await;
+    // Refused at once, naming the cap that was reached.
+    let refused = |answers: &[Result<(), (String, Duration)>], why: &str| {
+        answers
+            .iter()
+            .filter(|a| match a {
+                Err((msg, took)) if msg.contains(why) => {
+                    assert!(msg.contains("LimitExceeded"), "{msg}");
+                    assert!(*took < Duration::from_secs(3), "refused after {took:?}");
+                    true
+                }
+                _ => false,
+            })
+            .count()
+    };
+    let last = last.await.unwrap();
+    assert_eq!(
+        refused(
+            &last,
+            "calls to xlurmd waiting for answers over all its connections"
+        ),
+        10,
+        "{last:?}"
+    );
+    let first = first.await.unwrap();
+    assert_eq!(
+        refused(&first, "this connection has 32 calls to xlurmd waiting"),
+        8,
+        "{first:?}"
+    );
+    for m in more {
+        let answers = m.await.unwrap();
+        assert_eq!(refused(&answers, "waiting for answers"), 0, "{answers:?}");
+    }
+    // Once answered, the calls leave room: the same user calls again.
+    let job = c.get_job(id).await.unwrap();
+    assert_eq!(get_str(&job, "state"), "COMPLETED");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_journald_rotated_away_is_reported_not_silently_missing() {
     // The journal's oldest entry is younger than the job: its first lines are gone.

@@ -9,6 +9,7 @@ pub mod callers;
 pub mod device_gate;
 pub mod fairness;
 pub mod heap;
+pub mod in_flight;
 pub mod job;
 pub mod job_env;
 pub mod job_object;

@@ -19,9 +19,11 @@
 //! `<Property>_changed` helpers the interface macro generates).
 
 use super::api::{SchedulerApi, PATH};
+use super::in_flight::{Admitted, InFlight};
 use super::job_object::JobObject;
 use super::service::Daemon;
 use crate::core::JobId;
+use crate::wire::error::ApiError;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -48,14 +50,28 @@ pub struct Objects {
     daemon: Arc<Daemon>,
     /// Whether jobs have objects (a public queue: see `audience`).
     publish: bool,
+    /// The calls being answered, per connection and per user.
+    in_flight: Arc<InFlight>,
+    /// Introspections of the job branch being written at once: each lists
+    /// every job, so a few at a time.
+    listings: Arc<tokio::sync::Semaphore>,
 }
+
+/// Introspections of the job branch written at once.
+const LISTINGS: usize = 4;
 
 /// The object at a path.
 enum Object {
     Scheduler,
     Job(JobObject),
     /// A path on the way to the objects: only Introspectable (and Peer).
-    Branch(Vec<String>),
+    Branch(&'static str),
+    /// The branch the job objects are on, with the IDs of its children (and
+    /// the turn taken to list them).
+    Jobs {
+        ids: Vec<JobId>,
+        _turn: tokio::sync::OwnedSemaphorePermit,
+    },
 }
 
 impl Objects {
@@ -75,6 +91,8 @@ impl Objects {
             api,
             daemon,
             publish,
+            in_flight: Arc::default(),
+            listings: Arc::new(tokio::sync::Semaphore::new(LISTINGS)),
         });
         let mut rule = zbus::MatchRule::builder().msg_type(Type::MethodCall);
         if let Some(name) = conn.unique_name() {
@@ -92,11 +110,34 @@ impl Objects {
 
     async fn dispatch(&self, msg: &Message) {
         let hdr = msg.header();
-        if let Err(e) = self.try_dispatch(msg, &hdr).await {
+        let answered = match self.admit(&hdr).await {
+            Ok(admitted) => {
+                let answered = self.try_dispatch(msg, &hdr).await;
+                drop(admitted);
+                answered
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = answered {
             if let Err(e) = self.conn.reply_dbus_error(&hdr, e).await {
                 tracing::debug!("replying to {msg}: {e}");
             }
         }
+    }
+
+    /// Counts the call against its connection's and its user's calls in
+    /// flight (`in_flight`), or refuses it.
+    async fn admit(&self, hdr: &Header<'_>) -> Result<[Admitted; 2], zbus::BoxDBusError> {
+        let limit = |why: String| -> zbus::BoxDBusError { Box::new(ApiError::LimitExceeded(why)) };
+        let sender = hdr.sender().map(|s| s.as_str()).unwrap_or_default();
+        let connection = self.in_flight.from_connection(sender).map_err(limit)?;
+        let uid = self
+            .api
+            .caller(&self.conn, hdr)
+            .await
+            .map_err(|e| -> zbus::BoxDBusError { Box::new(e) })?;
+        let user = self.in_flight.from_user(uid).map_err(limit)?;
+        Ok([connection, user])
     }
 
     async fn try_dispatch(
@@ -161,19 +202,24 @@ impl Objects {
         match object {
             Object::Scheduler => Some((SCHEDULER1, &self.api)),
             Object::Job(j) => Some((JOB1, j)),
-            Object::Branch(_) => None,
+            Object::Branch(_) | Object::Jobs { .. } => None,
         }
     }
 
     /// The object at `path`, if there is one now.
     async fn object_at(&self, path: &str) -> Option<Object> {
-        let branch = |child: &str| Some(Object::Branch(vec![child.to_string()]));
         match path {
-            "/" => branch("org"),
-            "/org" => branch("xlurm"),
-            "/org/xlurm" => branch("Scheduler1"),
+            "/" => Some(Object::Branch("org")),
+            "/org" => Some(Object::Branch("xlurm")),
+            "/org/xlurm" => Some(Object::Branch("Scheduler1")),
             PATH => Some(Object::Scheduler),
-            JOBS if self.publish => Some(Object::Branch(self.job_names().await)),
+            JOBS if self.publish => {
+                let turn = self.listings.clone().acquire_owned().await.ok()?;
+                Some(Object::Jobs {
+                    ids: self.job_ids().await,
+                    _turn: turn,
+                })
+            }
             _ if self.publish => {
                 let id = job_id(path.strip_prefix(JOBS)?.strip_prefix('/')?)?;
                 self.daemon
@@ -194,7 +240,7 @@ impl Objects {
     }
 
     /// The IDs of the jobs that have objects, in order.
-    async fn job_names(&self) -> Vec<String> {
+    async fn job_ids(&self) -> Vec<JobId> {
         let mut ids: Vec<JobId> = self
             .daemon
             .state
@@ -205,7 +251,7 @@ impl Objects {
             .copied()
             .collect();
         ids.sort_unstable();
-        ids.iter().map(JobId::to_string).collect()
+        ids
     }
 
     fn introspect(&self, object: &Object) -> String {
@@ -218,13 +264,16 @@ impl Objects {
         if let Some((_, i)) = self.interface(object) {
             i.introspect_to_writer(&mut xml, 2);
         }
-        let children = match object {
-            Object::Branch(children) => children.clone(),
-            Object::Scheduler if self.publish => vec!["job".to_string()],
-            _ => Vec::new(),
-        };
-        for c in children {
-            let _ = writeln!(xml, "  <node name=\"{c}\"/>");
+        match object {
+            Object::Branch(child) => child_node(&mut xml, child),
+            Object::Scheduler if self.publish => child_node(&mut xml, "job"),
+            Object::Jobs { ids, .. } => {
+                xml.reserve(ids.len() * 24);
+                for id in ids {
+                    child_node(&mut xml, id);
+                }
+            }
+            _ => {}
         }
         xml.push_str("</node>\n");
         xml
@@ -310,6 +359,10 @@ pub async fn properties_changed(
         std::borrow::Cow::Borrowed(invalidated),
     )
     .await;
+}
+
+fn child_node(xml: &mut String, name: impl std::fmt::Display) {
+    let _ = writeln!(xml, "  <node name=\"{name}\"/>");
 }
 
 /// A job's ID as its path names it: digits only, no leading zero, so each job
