@@ -357,6 +357,121 @@ async fn jobs_without_accelerators_run_in_the_slice_xlurmd_closed() {
     }
 }
 
+/// Waits up to 10 s for `ok`, failing the test naming `what`.
+async fn until(what: &str, ok: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// xlurmd reads the nodev slice's device policy back (at start and every
+/// recheck). Opened by `systemctl set-property`, it is closed again; opened
+/// by a drop-in that wins over xlurmd's, the next CPU jobs close their own
+/// units in `xlurm.slice` and the one running in the slice is closed by its
+/// unit; once the drop-in is gone, jobs go back to the slice. (Before, the
+/// slice was set once and never looked at again: every later CPU job could
+/// open any device.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodev_slice_is_kept_closed_or_its_jobs_close_themselves() {
+    let mut e = env(Mode::Run).await;
+    e.recheck = Duration::from_millis(200);
+    let (d, _c) = daemon(&e).await;
+    let c = client(&e).await;
+    let nodev = "xlurm-nodev.slice";
+    let sets_of = |unit: &str| {
+        e.fake
+            .shared
+            .lock()
+            .unwrap()
+            .set_properties
+            .iter()
+            .filter(|(u, _, _)| u == unit)
+            .count()
+    };
+    let slice_policy = |id: u64| {
+        let p = unit_properties(&e, id);
+        (
+            String::try_from(p["Slice"].try_clone().unwrap()).unwrap(),
+            p.get("DevicePolicy")
+                .map(|v| String::try_from(v.try_clone().unwrap()).unwrap()),
+        )
+    };
+    assert_eq!(sets_of(nodev), 1, "closed at start");
+    // An admin opens it for this boot: closed again at the next look.
+    e.fake.shared.lock().unwrap().set_properties.push((
+        nodev.into(),
+        true,
+        HashMap::from([(
+            "DevicePolicy".to_string(),
+            zbus::OwnedVariant::try_from(zbus::Variant::from("auto")).unwrap(),
+        )]),
+    ));
+    until("closed again", || sets_of(nodev) == 3).await;
+    assert!(!d
+        .daemon
+        .nodev_open
+        .load(std::sync::atomic::Ordering::Acquire));
+    let (a, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, a, "COMPLETED").await;
+    assert_eq!(slice_policy(a), (nodev.to_string(), None));
+
+    // A drop-in that wins over xlurmd's: a job running in the slice is
+    // closed by its unit, the next ones close their own in xlurm.slice.
+    let (running, _) = c.submit(spec(&["/bin/sleep", "30"])).await.unwrap();
+    let running_unit = format!("xlurm-job-{running}.service");
+    until("the unit started", || e.fake.is_loaded(&running_unit)).await;
+    assert_eq!(slice_policy(running), (nodev.to_string(), None));
+    e.fake.shared.lock().unwrap().slice_drop_in = Some(xlurm::testing::fake_systemd::SliceDropIn {
+        path: "/etc/systemd/system.control/xlurm-nodev.slice.d/50-DevicePolicy.conf".into(),
+        policy: "auto".into(),
+        allow: vec![],
+    });
+    until("the running job closed by its unit", || {
+        sets_of(&running_unit) == 1
+    })
+    .await;
+    assert!(d
+        .daemon
+        .nodev_open
+        .load(std::sync::atomic::Ordering::Acquire));
+    {
+        let shared = e.fake.shared.lock().unwrap();
+        let (_, runtime, props) = shared
+            .set_properties
+            .iter()
+            .find(|(u, _, _)| *u == running_unit)
+            .unwrap();
+        assert!(*runtime);
+        let policy = String::try_from(props["DevicePolicy"].try_clone().unwrap()).unwrap();
+        assert_eq!(policy, "closed");
+    }
+    let (b, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, b, "COMPLETED").await;
+    assert_eq!(
+        slice_policy(b),
+        ("xlurm.slice".to_string(), Some("closed".to_string()))
+    );
+    // Found open again at later looks: the running job is not closed twice.
+    let looks = sets_of(nodev);
+    until("looked at twice more", || sets_of(nodev) >= looks + 2).await;
+    assert_eq!(sets_of(&running_unit), 1);
+
+    // The drop-in removed: the slice is closed and used again.
+    e.fake.shared.lock().unwrap().slice_drop_in = None;
+    until("the slice used again", || {
+        !d.daemon
+            .nodev_open
+            .load(std::sync::atomic::Ordering::Acquire)
+    })
+    .await;
+    let (c3, _) = c.submit(spec(&["/bin/true"])).await.unwrap();
+    wait_state(&c, c3, "COMPLETED").await;
+    assert_eq!(slice_policy(c3), (nodev.to_string(), None));
+    c.cancel(running).await.unwrap();
+}
+
 /// `xbatch ARGS` against the test's daemon: its job ID, or its stderr.
 fn xbatch(e: &Env, args: &[&str], env: &[(&str, &str)]) -> Result<u64, String> {
     let out = cli(e, std::iter::once("batch").chain(args.iter().copied()))

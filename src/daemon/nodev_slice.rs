@@ -1,7 +1,9 @@
 //! The slice of jobs that use no accelerator, closed to devices once for
 //! all of them (see [`nodev_slice`]).
 
+use super::service::Daemon;
 use super::systemd::Systemd;
+use std::sync::atomic::Ordering;
 use zbus::Variant;
 
 /// The child slice of `slice` for jobs that use no accelerator
@@ -53,6 +55,143 @@ pub async fn close(systemd: &Systemd, slice: &str) -> Option<String> {
         Err(e) => {
             tracing::warn!("{e:#}: each job without accelerators closes its own devices");
             None
+        }
+    }
+}
+
+/// Whether a slice's device policy, as systemd reports it, is what
+/// [`nodev_slice_properties`] sets: `closed` and nothing allowed.
+pub fn is_closed(policy: &str, allow: &[(String, String)]) -> bool {
+    policy == "closed" && allow.is_empty()
+}
+
+/// What a read of the slice's device policy found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// Closed, as set.
+    Closed,
+    /// Found open (what was found), and closed again.
+    ClosedAgain(String),
+    /// Found open and still open after xlurmd set it again (what was found,
+    /// and the drop-ins systemd read for it, the likely cause).
+    Open(String),
+}
+
+/// systemd's interface of a slice's cgroup settings.
+const SLICE: &str = "org.freedesktop.systemd1.Slice";
+
+/// The device policy `systemd` applies to `slice` now, as text for a
+/// message; `Ok(None)` when it is closed.
+async fn opening(systemd: &Systemd, slice: &str) -> anyhow::Result<Option<String>> {
+    let policy: String = systemd.property(slice, SLICE, "DevicePolicy").await?;
+    let allow: Vec<(String, String)> = systemd.property(slice, SLICE, "DeviceAllow").await?;
+    if is_closed(&policy, &allow) {
+        return Ok(None);
+    }
+    let allow: Vec<String> = allow.iter().map(|(d, a)| format!("{d} {a}")).collect();
+    Ok(Some(format!(
+        "DevicePolicy={policy}, DeviceAllow=[{}]",
+        allow.join(", ")
+    )))
+}
+
+/// Reads `slice`'s device policy back from systemd; when something opened it
+/// (`systemctl set-property`, a drop-in that wins over xlurmd's runtime one),
+/// sets it closed again and reads it once more. `Err` when systemd could not
+/// be asked (nothing is known then).
+pub async fn check(systemd: &Systemd, slice: &str) -> anyhow::Result<Fence> {
+    let Some(policy) = opening(systemd, slice).await? else {
+        return Ok(Fence::Closed);
+    };
+    // The likely cause: a drop-in of higher priority than xlurmd's (it wins
+    // again at systemd's next reload), or none (`systemctl set-property`).
+    let drop_ins: Vec<String> = systemd
+        .property(slice, "org.freedesktop.systemd1.Unit", "DropInPaths")
+        .await
+        .unwrap_or_default();
+    let found = format!(
+        "{policy}; drop-ins: {}",
+        if drop_ins.is_empty() {
+            "none".to_string()
+        } else {
+            drop_ins.join(", ")
+        }
+    );
+    if let Err(e) = systemd
+        .set_runtime_properties(slice, &nodev_slice_properties())
+        .await
+    {
+        tracing::debug!("{e:#}");
+    }
+    match opening(systemd, slice).await? {
+        None => Ok(Fence::ClosedAgain(found)),
+        Some(_) => Ok(Fence::Open(found)),
+    }
+}
+
+/// Keeps the slice of jobs without accelerators closed (at start and every
+/// recheck, `ServeConfig::recheck`): a slice found open is closed again;
+/// one that stays open sends the next such jobs' units out of it with
+/// their own policy, as when systemd refused the slice's, and closes each
+/// one already running in it, until the slice is found closed again.
+/// (A device a job opened while the slice was open stays open to it: the
+/// kernel checks devices when they are opened.)
+pub async fn keep_closed(d: &Daemon) {
+    let Some(slice) = d.settings.unit.nodev_slice.as_deref() else {
+        return;
+    };
+    let fence = match check(&d.systemd, slice).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!("{e:#}: the device policy of {slice} is looked at again later");
+            return;
+        }
+    };
+    let was_open = d.nodev_open.load(Ordering::Acquire);
+    match &fence {
+        Fence::Closed if !was_open => return,
+        Fence::Closed => tracing::warn!(
+            "{slice} is closed to devices again: jobs without accelerators run in it again"
+        ),
+        Fence::ClosedAgain(found) => tracing::error!(
+            "{slice} was open to devices ({found}); xlurmd closed it again. \
+             Do not change its device policy (a drop-in named above opens it again at \
+             every reload): it fences every job without accelerators"
+        ),
+        Fence::Open(found) if !was_open => tracing::error!(
+            "{slice} is open to devices and stays open when xlurmd closes it ({found}): \
+             remove what opens it (systemctl revert {slice}, or the drop-in named). \
+             Until then each job without accelerators closes its own unit, \
+             and those running in it are closed now"
+        ),
+        Fence::Open(_) => return,
+    }
+    let open = matches!(fence, Fence::Open(_));
+    d.nodev_open.store(open, Ordering::Release);
+    if open {
+        close_running(d).await;
+    }
+}
+
+/// Closes the unit of every running job without accelerators to every
+/// device but the pseudo ones, each by its own policy.
+async fn close_running(d: &Daemon) {
+    let units: Vec<String> = {
+        let st = d.state.lock().await;
+        st.jobs
+            .values()
+            .filter(|j| j.state() == super::job::JobState::Running)
+            .filter(|j| j.alloc().is_none_or(|a| a.devices.is_empty()))
+            .map(|j| j.unit())
+            .collect()
+    };
+    for unit in units {
+        if let Err(e) = d
+            .systemd
+            .set_runtime_properties(&unit, &nodev_slice_properties())
+            .await
+        {
+            tracing::warn!("closing {unit} to devices: {e:#}");
         }
     }
 }

@@ -495,6 +495,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     };
     let state = State::new(sched, loaded, store);
     let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
+    // What was just set, read back (and kept so: every recheck).
+    super::nodev_slice::keep_closed(&daemon).await;
     // Re-adoption fails only for passing reasons (systemd busy or re-executing,
     // a full state disk): it is retried, never a refusal, which exit 78 would
     // make final. Readiness waits for it; if it takes longer than the unit's
@@ -639,6 +641,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 tick += 1;
                 d.collect_ended().await;
                 recheck_running(&d).await;
+                super::nodev_slice::keep_closed(&d).await;
                 // Memory freed by jobs retired since (see State::trim).
                 d.state.lock().await.trim();
                 if tick.is_multiple_of(clean_every) {

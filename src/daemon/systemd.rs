@@ -431,6 +431,34 @@ impl Systemd {
             .with_context(|| format!("setting properties of {unit}"))
     }
 
+    /// Property `name` of `interface` on `unit`'s object. systemd loads a
+    /// unit that is asked for by its path, so this reads a slice with no
+    /// units in it too.
+    pub async fn property<T>(&self, unit: &str, interface: &str, name: &str) -> Result<T>
+    where
+        T: TryFrom<OwnedVariant>,
+        T::Error: Into<zbus::Error>,
+    {
+        let reply = self
+            .conn
+            .call_method(
+                Some("org.freedesktop.systemd1"),
+                unit_path(unit).as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &(interface, name),
+            )
+            .await
+            .with_context(|| format!("reading {name} of {unit}"))?;
+        let v: OwnedVariant = reply
+            .body()
+            .deserialize()
+            .with_context(|| format!("reading {name} of {unit}"))?;
+        T::try_from(v)
+            .map_err(Into::into)
+            .with_context(|| format!("reading {name} of {unit}: not the type systemd documents"))
+    }
+
     /// Reloads the manager (`daemon-reload`): it reads drop-ins anew.
     pub async fn reload(&self) -> Result<()> {
         self.manager

@@ -52,6 +52,29 @@ pub struct Shared {
     pub set_properties: Vec<(String, bool, HashMap<String, OwnedVariant>)>,
     /// SetUnitProperties fails (access denied), as a manager may.
     pub refuse_set_properties: bool,
+    /// A drop-in of slices' device policy that wins over runtime
+    /// properties (as one in `/etc/systemd/system.control` does): its path,
+    /// DevicePolicy and DeviceAllow.
+    pub slice_drop_in: Option<SliceDropIn>,
+}
+
+/// A drop-in of a slice's device policy (see `Shared::slice_drop_in`).
+#[derive(Debug, Clone)]
+pub struct SliceDropIn {
+    pub path: String,
+    pub policy: String,
+    pub allow: Vec<(String, String)>,
+}
+
+impl Shared {
+    /// Property `name` of `unit` as last set by SetUnitProperties.
+    fn last_set(&self, unit: &str, name: &str) -> Option<OwnedVariant> {
+        self.set_properties
+            .iter()
+            .rev()
+            .filter(|(u, _, _)| u == unit)
+            .find_map(|(_, _, p)| p.get(name)?.try_clone().ok())
+    }
 }
 
 #[derive(Clone)]
@@ -100,6 +123,60 @@ impl UnitObj {
     #[zbus(property, name = "InvocationID")]
     fn invocation_id(&self) -> Vec<u8> {
         self.invocation.clone()
+    }
+}
+
+/// A slice whose properties were set: its device policy, as systemd
+/// reports it (a winning drop-in's, else the last set, else `auto`).
+pub struct SliceObj {
+    shared: Arc<Mutex<Shared>>,
+    name: String,
+}
+
+/// The same slice's Unit interface: the drop-ins read for it.
+pub struct SliceUnitObj {
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Slice")]
+impl SliceObj {
+    #[zbus(property)]
+    fn device_policy(&self) -> String {
+        let Ok(s) = self.shared.lock() else {
+            return String::new();
+        };
+        match &s.slice_drop_in {
+            Some(d) => d.policy.clone(),
+            None => s
+                .last_set(&self.name, "DevicePolicy")
+                .and_then(|v| String::try_from(v).ok())
+                .unwrap_or_else(|| "auto".into()),
+        }
+    }
+    #[zbus(property)]
+    fn device_allow(&self) -> Vec<(String, String)> {
+        let Ok(s) = self.shared.lock() else {
+            return Vec::new();
+        };
+        match &s.slice_drop_in {
+            Some(d) => d.allow.clone(),
+            None => s
+                .last_set(&self.name, "DeviceAllow")
+                .and_then(|v| Vec::<(String, String)>::try_from(v).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Unit")]
+impl SliceUnitObj {
+    #[zbus(property)]
+    fn drop_in_paths(&self) -> Vec<String> {
+        self.shared
+            .lock()
+            .ok()
+            .and_then(|s| Some(vec![s.slice_drop_in.as_ref()?.path.clone()]))
+            .unwrap_or_default()
     }
 }
 
@@ -177,26 +254,41 @@ impl Manager {
             .map_err(|e| SdError::Failed(e.to_string()))
     }
 
-    fn set_unit_properties(
+    async fn set_unit_properties(
         &self,
         name: String,
         runtime: bool,
         properties: Vec<(String, OwnedVariant)>,
     ) -> zbus::fdo::Result<()> {
-        let mut shared = self
-            .fake
-            .shared
-            .lock()
-            .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
-        if shared.refuse_set_properties {
-            return Err(zbus::fdo::Error::AccessDenied(
-                "Access denied (the double refuses SetUnitProperties)".into(),
-            ));
+        {
+            let mut shared = self
+                .fake
+                .shared
+                .lock()
+                .map_err(|_| zbus::fdo::Error::Failed("poisoned".into()))?;
+            if shared.refuse_set_properties {
+                return Err(zbus::fdo::Error::AccessDenied(
+                    "Access denied (the double refuses SetUnitProperties)".into(),
+                ));
+            }
+            // Later values of a name win, as systemd applies them in order.
+            shared
+                .set_properties
+                .push((name.clone(), runtime, properties.into_iter().collect()));
         }
-        // Later values of a name win, as systemd applies them in order.
-        shared
-            .set_properties
-            .push((name, runtime, properties.into_iter().collect()));
+        // A slice is an object from then on, to read its policy back.
+        if name.ends_with(".slice") {
+            let path = crate::daemon::systemd::unit_path(&name);
+            let server = self.fake.conn.object_server();
+            let shared = self.fake.shared.clone();
+            let slice = SliceObj {
+                shared: shared.clone(),
+                name,
+            };
+            // Already there after the first call: that is fine.
+            let _ = server.at(path.as_str(), slice).await;
+            let _ = server.at(path.as_str(), SliceUnitObj { shared }).await;
+        }
         Ok(())
     }
 

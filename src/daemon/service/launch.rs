@@ -189,9 +189,21 @@ impl<U: Units> Daemon<U> {
             )
             .await;
         }
+        // The slice of jobs without accelerators found open: the unit closes
+        // itself (`nodev_slice::keep_closed`).
+        let own_policy;
+        let settings = if self.nodev_open.load(std::sync::atomic::Ordering::Acquire) {
+            own_policy = unit::UnitSettings {
+                nodev_slice: None,
+                ..self.settings.unit.clone()
+            };
+            &own_policy
+        } else {
+            &self.settings.unit
+        };
         let props = unit::properties(
             &job,
-            &self.settings.unit,
+            settings,
             run_as.as_ref(),
             &visibility,
             &allow,

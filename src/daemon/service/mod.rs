@@ -82,6 +82,10 @@ pub struct Daemon<U = Systemd> {
     pub gate: crate::daemon::device_gate::Gate,
     /// The uids of the bus connections that called lately.
     pub callers: crate::daemon::callers::Callers,
+    /// Set while the slice of jobs without accelerators is found open to
+    /// devices and cannot be closed (`nodev_slice::keep_closed`): each such
+    /// job's unit then closes itself.
+    pub nodev_open: std::sync::atomic::AtomicBool,
     /// What it did since it started, for metrics (`xlurm metrics`).
     pub counters: Counters,
     /// Units of ended jobs (and their ActiveState when known) to collect
@@ -179,6 +183,7 @@ impl<U: Units> Daemon<U> {
             stopping: std::sync::atomic::AtomicBool::new(false),
             gate: Default::default(),
             callers: Default::default(),
+            nodev_open: Default::default(),
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
             accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),

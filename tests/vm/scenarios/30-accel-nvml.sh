@@ -24,6 +24,8 @@ nv_state=$run_dir/nvml.state
 asc_state=$run_dir/dcmi.state
 dropin_dir=/run/systemd/system/xlurmd.service.d
 dropin=$dropin_dir/fake.conf
+# A drop-in that opens xlurm-nodev.slice to devices, as an admin's mistake would.
+open_dropin=/etc/systemd/system.control/xlurm-nodev.slice.d/50-xlurm-vm-30-open.conf
 probe_bin=/usr/local/bin/xlurm-devprobe
 broken_lib=/nonexistent/xlurm-fake/libnvidia-ml.so.1
 
@@ -48,8 +50,8 @@ cleanup() {
     done
     [ "${limits_set:-0}" = 1 ] && echo '{}' | xlurm limits --set -
     [ "${gate_set:-0}" = 1 ] && xlurm gate off
-    rm -f "$dropin"
-    rmdir "$dropin_dir" 2>/dev/null
+    rm -f "$dropin" "$open_dropin"
+    rmdir "$dropin_dir" "${open_dropin%/*}" 2>/dev/null
     systemctl daemon-reload
     systemctl reset-failed xlurmd 2>/dev/null
     if [ "$was_active" = 1 ]; then systemctl restart xlurmd; else systemctl stop xlurmd; fi
@@ -282,6 +284,31 @@ expect_denied /dev/nvidia1 "CPU job"
 expect_denied /dev/nvidiactl "CPU job"
 expect_denied /dev/nvidia-uvm "CPU job"
 expect_denied /dev/davinci4 "CPU job"
+
+check "xlurm-nodev.slice opened by an admin is closed again by xlurmd (it reads the policy back every 5 s)"
+slice_policy() { systemctl show -p DevicePolicy --value xlurm-nodev.slice; }
+since=$(date +%s)
+systemctl set-property --runtime xlurm-nodev.slice DevicePolicy=auto
+assert_eq auto "$(slice_policy)" "DevicePolicy just after systemctl set-property"
+wait_for '[ "$(slice_policy)" = closed ]' 20 0.5
+wait_for "journalctl -u xlurmd --since @$since -q -o cat | grep -q 'xlurm-nodev.slice was open to devices (DevicePolicy=auto'" 10 0.5
+# A drop-in that wins over xlurmd's runtime one opens it at every reload; xlurmd
+# closes it again each time, naming the drop-in in its journal.
+mkdir -p "${open_dropin%/*}"
+printf '%s\n' "# tests/vm/scenarios/30-accel-nvml.sh (removed at its end)" "[Slice]" "DevicePolicy=auto" >"$open_dropin"
+since=$(date +%s)
+systemctl daemon-reload
+assert_eq auto "$(slice_policy)" "DevicePolicy just after the reload with the drop-in"
+wait_for '[ "$(slice_policy)" = closed ]' 20 0.5
+wait_for "journalctl -u xlurmd --since @$since -q -o cat | grep -q '50-xlurm-vm-30-open.conf'" 10 0.5
+journalctl -u xlurmd --since "@$since" -q -o cat | grep 'open to devices' | tail -n 2
+run_probe cpu-after env xrun -g 0 --
+assert_eq 0 "$probe_rc" "probe job exit code"
+expect_denied /dev/nvidia0 "CPU job after the slice was closed again"
+expect_denied /dev/davinci4 "CPU job after the slice was closed again"
+rm -f "$open_dropin"; rmdir "${open_dropin%/*}"
+systemctl daemon-reload
+assert_eq closed "$(slice_policy)" "DevicePolicy once the drop-in is gone"
 
 check "two concurrent 1-GPU jobs get different GPUs, each fenced to its own"
 probe_nodes=(/dev/nvidia0 /dev/nvidia1)
