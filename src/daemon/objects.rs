@@ -110,12 +110,9 @@ impl Objects {
 
     async fn dispatch(&self, msg: &Message) {
         let hdr = msg.header();
+        // The call counts as in flight until its arm ends, answer made.
         let answered = match self.admit(&hdr).await {
-            Ok(admitted) => {
-                let answered = self.try_dispatch(msg, &hdr).await;
-                drop(admitted);
-                answered
-            }
+            Ok(_admitted) => self.try_dispatch(msg, &hdr).await,
             Err(e) => Err(e),
         };
         if let Err(e) = answered {

@@ -567,23 +567,11 @@ impl Units for Systemd {
     /// is known already.
     async fn accounting(&self, unit: &str, mut status: UnitStatus) -> UnitStatus {
         let service = "org.freedesktop.systemd1.Service";
-        let read = |name: &'static str| {
-            let conn = self.conn.clone();
-            let path = unit_path(unit);
-            async move {
-                let reply = conn
-                    .call_method(
-                        Some("org.freedesktop.systemd1"),
-                        path.as_str(),
-                        Some("org.freedesktop.DBus.Properties"),
-                        "Get",
-                        &(service, name),
-                    )
-                    .await
-                    .ok()?;
-                let v: OwnedVariant = reply.body().deserialize().ok()?;
-                u64::try_from(v).ok().filter(|v| *v != u64::MAX)
-            }
+        let read = |name: &'static str| async move {
+            self.property::<u64>(unit, service, name)
+                .await
+                .ok()
+                .filter(|v| *v != u64::MAX)
         };
         let (cpu, peak) = tokio::join!(read("CPUUsageNSec"), async {
             if self.has_memory_peak {

@@ -138,33 +138,37 @@ pub struct SliceUnitObj {
     shared: Arc<Mutex<Shared>>,
 }
 
+impl SliceObj {
+    /// Setting `name` as systemd reports it: the winning drop-in's
+    /// (`from_drop_in`), else the last set, else `default`.
+    fn setting<T: TryFrom<OwnedVariant>>(
+        &self,
+        name: &str,
+        from_drop_in: impl Fn(&SliceDropIn) -> T,
+        default: T,
+    ) -> T {
+        let Ok(s) = self.shared.lock() else {
+            return default;
+        };
+        match &s.slice_drop_in {
+            Some(d) => from_drop_in(d),
+            None => s
+                .last_set(&self.name, name)
+                .and_then(|v| T::try_from(v).ok())
+                .unwrap_or(default),
+        }
+    }
+}
+
 #[zbus::interface(name = "org.freedesktop.systemd1.Slice")]
 impl SliceObj {
     #[zbus(property)]
     fn device_policy(&self) -> String {
-        let Ok(s) = self.shared.lock() else {
-            return String::new();
-        };
-        match &s.slice_drop_in {
-            Some(d) => d.policy.clone(),
-            None => s
-                .last_set(&self.name, "DevicePolicy")
-                .and_then(|v| String::try_from(v).ok())
-                .unwrap_or_else(|| "auto".into()),
-        }
+        self.setting("DevicePolicy", |d| d.policy.clone(), "auto".into())
     }
     #[zbus(property)]
     fn device_allow(&self) -> Vec<(String, String)> {
-        let Ok(s) = self.shared.lock() else {
-            return Vec::new();
-        };
-        match &s.slice_drop_in {
-            Some(d) => d.allow.clone(),
-            None => s
-                .last_set(&self.name, "DeviceAllow")
-                .and_then(|v| Vec::<(String, String)>::try_from(v).ok())
-                .unwrap_or_default(),
-        }
+        self.setting("DeviceAllow", |d| d.allow.clone(), Vec::new())
     }
 }
 
