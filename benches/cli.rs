@@ -125,11 +125,14 @@ fn pct(x: f64, base: f64) -> String {
     format!("{:+.0}%", (x / base - 1.0) * 100.0)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    if common::serve_if_child().await {
+fn main() {
+    if common::serve_if_child() {
         return;
     }
+    common::runtime().block_on(bench());
+}
+
+async fn bench() {
     let n = if std::env::var_os("XLURM_CLI_BENCH_SMALL").is_some() {
         SMALL
     } else {

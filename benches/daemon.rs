@@ -78,11 +78,14 @@ async fn submit_rate(bus: &PrivateBus, clients: usize, per_client: usize) -> f64
     (clients * per_client) as f64 / t0.elapsed().as_secs_f64()
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    if common::serve_if_child().await {
+fn main() {
+    if common::serve_if_child() {
         return;
     }
+    common::runtime().block_on(bench());
+}
+
+async fn bench() {
     let bus = PrivateBus::start().unwrap();
     let fake_conn = bus.connect().await.unwrap();
     let fake = FakeSystemd::serve(&fake_conn, Mode::Instant).await.unwrap();

@@ -49,8 +49,11 @@ pub fn config(state_dir: PathBuf) -> ServeConfig {
 }
 
 /// In the child: serves xlurmd when the parent asked for it (then never
-/// returns); false in the parent.
-pub async fn serve_if_child() -> bool {
+/// returns); false in the parent. Call it first thing in `main`, before any
+/// runtime: like xlurmd's own `main`, it tunes the allocator before a second
+/// thread exists (threads that allocated before keep their own arenas), then
+/// builds the daemon's runtime of two workers.
+pub fn serve_if_child() -> bool {
     let (Ok(address), Ok(state)) = (
         std::env::var("XLURM_BENCH_BUS"),
         std::env::var("XLURM_BENCH_STATE"),
@@ -58,6 +61,21 @@ pub async fn serve_if_child() -> bool {
         return false;
     };
     xlurm::daemon::heap::tune();
+    runtime().block_on(serve_child(address, state));
+    true
+}
+
+/// The runtime xlurmd builds (src/bin/xlurmd.rs), for the daemon child and
+/// the benchmarks' own clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn serve_child(address: String, state: String) {
     let conn = zbus::connection::Builder::address(address.as_str())
         .build()
         .await
