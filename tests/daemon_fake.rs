@@ -2993,3 +2993,51 @@ async fn job_objects_answer_as_registered_objects_would() {
 }
 
 const PATH: &str = "/org/xlurm/Scheduler1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_subscribes_with_one_call_before_it_submits() {
+    // Every round trip before the Submit is time to a running job (issue 21:
+    // xrun's submit-to-running against systemd-run's). xrun hears job
+    // changes through one AddMatch on xlurmd's name; zbus's proxy stream
+    // also asked for the name's owner and subscribed to its changes.
+    use futures_util::StreamExt;
+    let t = xrun_rig().await;
+    let e = &t.e;
+    let monitor = e.bus.connect().await.unwrap();
+    monitor
+        .call_method(
+            Some("org.freedesktop.DBus"),
+            "/org/freedesktop/DBus",
+            Some("org.freedesktop.DBus.Monitoring"),
+            "BecomeMonitor",
+            &(Vec::<&str>::new(), 0u32),
+        )
+        .await
+        .unwrap();
+    let mut seen = zbus::MessageStream::from(&monitor);
+    let out = cli(e, ["run", "-g", "0", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The calls of xrun's connection (the first to say Hello after the
+    // monitor started), up to its Submit.
+    let mut xrun: Option<String> = None;
+    let mut calls = Vec::new();
+    while calls.last().map(String::as_str) != Some("Submit") {
+        let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(10), seen.next()).await
+        else {
+            panic!("no Submit seen; calls {calls:?}");
+        };
+        let h = m.header();
+        if h.message_type() != zbus::message::Type::MethodCall {
+            continue;
+        }
+        let member = h.member().map(|m| m.to_string()).unwrap_or_default();
+        let sender = h.sender().map(|s| s.to_string());
+        if xrun.is_none() && member == "Hello" {
+            xrun = sender.clone();
+        }
+        if xrun.is_some() && sender == xrun {
+            calls.push(member);
+        }
+    }
+    assert_eq!(calls, ["Hello", "AddMatch", "Submit"]);
+}

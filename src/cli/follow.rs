@@ -75,14 +75,28 @@ impl Stops {
 pub(super) struct Changes(tokio::sync::mpsc::UnboundedReceiver<(u64, String)>);
 
 impl Changes {
+    /// Subscribes with one `AddMatch` whose sender is xlurmd's bus name: the
+    /// bus delivers only what that name's owner sends, whoever owns it after
+    /// a restart. (The proxy's own signal stream also asks for the name's
+    /// owner and follows its changes: two more round trips before a
+    /// submission, issue 21.)
     pub(super) async fn subscribe(p: &SchedulerProxy<'_>) -> zbus::Result<Changes> {
         use futures_util::StreamExt;
-        let mut stream = p.receive_job_state_changed().await?;
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(p.inner().destination().to_owned())
+            .path(p.inner().path().to_owned())
+            .interface(p.inner().interface().to_owned())
+            .member("JobStateChanged")
+            .build()?;
+        let mut stream =
+            zbus::MessageStream::for_match_rule(rule, p.inner().connection(), None).await?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
-            while let Some(sig) = stream.next().await {
-                if let Ok(a) = sig.args() {
-                    if tx.send((a.id, a.state)).is_err() {
+            while let Some(msg) = stream.next().await {
+                let Ok(msg) = msg else { continue };
+                if let Ok(change) = msg.body().deserialize::<(u64, String)>() {
+                    if tx.send(change).is_err() {
                         return;
                     }
                 }
