@@ -2994,15 +2994,8 @@ async fn job_objects_answer_as_registered_objects_would() {
 
 const PATH: &str = "/org/xlurm/Scheduler1";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xrun_subscribes_with_one_call_before_it_submits() {
-    // Every round trip before the Submit is time to a running job (issue 21:
-    // xrun's submit-to-running against systemd-run's). xrun hears job
-    // changes through one AddMatch on xlurmd's name; zbus's proxy stream
-    // also asked for the name's owner and subscribed to its changes.
-    use futures_util::StreamExt;
-    let t = xrun_rig().await;
-    let e = &t.e;
+/// The bus as a monitor sees it (BecomeMonitor: every message).
+async fn monitor(e: &Env) -> zbus::MessageStream {
     let monitor = e.bus.connect().await.unwrap();
     monitor
         .call_method(
@@ -3014,30 +3007,72 @@ async fn xrun_subscribes_with_one_call_before_it_submits() {
         )
         .await
         .unwrap();
-    let mut seen = zbus::MessageStream::from(&monitor);
-    let out = cli(e, ["run", "-g", "0", "--", "true"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // The calls of xrun's connection (the first to say Hello after the
-    // monitor started), up to its Submit.
-    let mut xrun: Option<String> = None;
-    let mut calls = Vec::new();
-    while calls.last().map(String::as_str) != Some("Submit") {
-        let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(10), seen.next()).await
-        else {
-            panic!("no Submit seen; calls {calls:?}");
-        };
+    zbus::MessageStream::from(&monitor)
+}
+
+/// The next method call the monitor `seen` sees from `from` (from anyone
+/// when `None`) within `wait`: its sender and member.
+async fn next_call(
+    seen: &mut zbus::MessageStream,
+    from: Option<&str>,
+    wait: Duration,
+) -> Option<(String, String)> {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let m = tokio::time::timeout_at(deadline, seen.next())
+            .await
+            .ok()??
+            .ok()?;
         let h = m.header();
-        if h.message_type() != zbus::message::Type::MethodCall {
-            continue;
-        }
-        let member = h.member().map(|m| m.to_string()).unwrap_or_default();
-        let sender = h.sender().map(|s| s.to_string());
-        if xrun.is_none() && member == "Hello" {
-            xrun = sender.clone();
-        }
-        if xrun.is_some() && sender == xrun {
-            calls.push(member);
+        let sender = h.sender().map(|s| s.to_string()).unwrap_or_default();
+        if h.message_type() == zbus::message::Type::MethodCall && from.is_none_or(|f| f == sender) {
+            return Some((
+                sender,
+                h.member().map(|m| m.to_string()).unwrap_or_default(),
+            ));
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xrun_calls_nothing_it_can_do_without_before_its_job_starts() {
+    // Every call before the job starts is time to a running job (issue 21:
+    // xrun's submit-to-running against systemd-run's). xrun hears job
+    // changes through one AddMatch on xlurmd's name (zbus's proxy stream
+    // also asked for the name's owner and subscribed to its changes), and
+    // its first look comes when the job has started: a look at once saw it
+    // pending, and competed with its start.
+    let t = xrun_rig().await;
+    let (e, c) = (&t.e, &t.c);
+    let mut seen = monitor(e).await;
+    let xrun = cli(e, ["run", "-g", "0", "-H", "--", "true"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    let (name, hello) = next_call(&mut seen, None, wait).await.expect("no Hello");
+    assert_eq!(hello, "Hello");
+    let mut calls = vec![hello];
+    while calls.last().map(String::as_str) != Some("Submit") {
+        let (_, member) = next_call(&mut seen, Some(&name), wait)
+            .await
+            .unwrap_or_else(|| panic!("no Submit; calls {calls:?}"));
+        calls.push(member);
+    }
     assert_eq!(calls, ["Hello", "AddMatch", "Submit"]);
+    // Held: nothing to look at before the second after which xrun says
+    // why it waits.
+    let early = next_call(&mut seen, Some(&name), Duration::from_millis(700)).await;
+    assert_eq!(early, None, "xrun called before its job changed");
+    let id = cli_json(e, &["queue", "--json"])[0]["id"].as_u64().unwrap();
+    c.release(id).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Task started"), "{stderr}");
 }

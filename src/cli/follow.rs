@@ -117,6 +117,17 @@ impl Changes {
         while self.0.try_recv().is_ok() {}
     }
 
+    /// Returns when job `id` changes to a state other than `state` (never,
+    /// once the connection is gone).
+    pub(super) async fn wait_past(&mut self, id: u64, state: &str) {
+        while let Some((j, s)) = self.0.recv().await {
+            if j == id && s != state {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
     /// Returns when job `id` changes state (never, once the connection is gone).
     pub(super) async fn wait_for(&mut self, id: u64) {
         while let Some((j, _)) = self.0.recv().await {

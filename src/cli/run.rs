@@ -43,6 +43,15 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
     let mut stops = Stops::new()?;
     let t0 = Instant::now();
     let (mut said_waiting, mut said_started, mut cancelled) = (false, false, false);
+    // The answer said the job waits. The first look comes once it has
+    // started (or ended), or after a second, to say why it waits: a look at
+    // once would see it pending and cost xlurmd a call while it starts the
+    // job (issue 21).
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        _ = changes.wait_past(id, "PENDING") => {}
+        _ = stops.next() => { cancelled = true; cancel_for_exit(&p, id, user).await; }
+    }
     let mut stream = LogStream::default();
     // It answered the submission.
     stream.outage.answered = true;

@@ -130,7 +130,6 @@ impl<U: Units> Daemon<U> {
         self.woke(woken);
         // Launch concurrently: each waits for systemd on its own.
         for (job, output_fd) in launches {
-            self.changed(job.id, JobState::Running);
             let d = self.clone();
             tokio::spawn(async move { d.launch(job, output_fd).await });
         }
@@ -214,6 +213,14 @@ impl<U: Units> Daemon<U> {
         }
         drop(output_fd);
         let result = self.start_unit(&job.unit(), &props).await;
+        // RUNNING is announced once systemd has the unit, and before the
+        // unit's own news is acted on (`launched`), so it comes first. Not
+        // before StartTransientUnit: the looks it prompts (xrun's GetJob and
+        // ReadLog) would compete with the start itself (issue 21). A start
+        // that fails goes from PENDING to LAUNCH_FAILED.
+        if result.is_ok() {
+            self.changed(job.id, JobState::Running);
+        }
         let (heard, cancelled) = self.launched(job.id).await;
         match result {
             // From here on the unit's signals tell how it goes (run.rs).

@@ -411,6 +411,59 @@ async fn a_start_systemd_refuses_ends_launch_failed_saying_why() {
     assert_eq!(on_disk(dir.path())[&id], JobState::LaunchFailed);
 }
 
+/// Records each state announced, with how many units systemd had been
+/// asked to start when it was heard.
+fn record_announcements(
+    d: &Arc<Daemon<MemoryUnits>>,
+    mut changes: Changes,
+) -> Arc<std::sync::Mutex<Vec<(JobId, JobState, usize)>>> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (d, kept) = (d.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Some((id, change)) = changes.recv().await {
+            if let Change::State(s) = change {
+                let m = d.systemd.m.lock().unwrap();
+                let starts = m.calls.iter().filter(|c| c.starts_with("start ")).count();
+                drop(m);
+                kept.lock().unwrap().push((id, s, starts));
+            }
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+async fn running_is_announced_once_systemd_has_the_unit() {
+    // xrun looks at its job when it hears RUNNING: announced before
+    // StartTransientUnit, the looks competed with the start (issue 21), and
+    // a start systemd refused was announced RUNNING first.
+    let dir = tempfile::tempdir().unwrap();
+    let (d, changes) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let seen = record_announcements(&d, changes);
+    let id = d.submit(0, vec![sleep_spec()]).await.unwrap()[0].id;
+    d.schedule().await;
+    let unit = format!("xlurm-job-{id}.service");
+    while d.systemd.calls("start", &unit) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    d.systemd.m.lock().unwrap().refuse_next_start = Some("Invalid property".into());
+    let refused = d.submit(0, vec![sleep_spec()]).await.unwrap()[0].id;
+    d.schedule().await;
+    wait_state(&d, refused, JobState::LaunchFailed).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let seen = seen.lock().unwrap().clone();
+    let of = |j: JobId| -> Vec<(JobState, usize)> {
+        seen.iter()
+            .filter(|(id, ..)| *id == j)
+            .map(|(_, s, n)| (*s, *n))
+            .collect()
+    };
+    // The first start is systemd's first call.
+    assert_eq!(of(id), [(JobState::Pending, 0), (JobState::Running, 1)]);
+    let states: Vec<JobState> = of(refused).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(states, [JobState::Pending, JobState::LaunchFailed]);
+}
+
 /// A daemon on `dir` with one job running (and its unit) and one pending
 /// behind it: fifo-strict with the machine's 4 CPUs taken keeps it waiting.
 async fn a_running_and_a_pending_job(
