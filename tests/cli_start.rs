@@ -3,7 +3,8 @@
 //! `main` is paid at every command. `build.rs` links it as a plain
 //! executable (no PIE relocations to apply at each start) with GCC's
 //! unwinder linked in (no `libgcc_s.so.1`, whose constructor runs `cpuid`,
-//! a trap in a virtual machine); `src/bin/xlurm.rs` has its own C `main`.
+//! a trap in a virtual machine); `src/bin/xlurm.rs` has its own C `main`
+//! and its own `pow` (no `libm.so.6` to map and relocate).
 //! `cargo bench --bench cli` measures the start itself.
 
 use std::process::{Command, Stdio};
@@ -19,14 +20,16 @@ fn elf_type(bytes: &[u8]) -> u16 {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
-fn the_client_is_not_a_pie_and_needs_no_libgcc_s() {
+fn the_client_is_not_a_pie_and_needs_no_libgcc_s_or_libm() {
     let bytes = std::fs::read(XLURM).unwrap();
     assert_eq!(elf_type(&bytes), 2, "xlurm is linked -no-pie");
-    let needle = b"libgcc_s.so.1";
-    assert!(
-        !bytes.windows(needle.len()).any(|w| w == needle),
-        "xlurm does not load libgcc_s.so.1"
-    );
+    for needle in [&b"libgcc_s.so.1"[..], b"libm.so.6"] {
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle),
+            "xlurm does not load {}",
+            String::from_utf8_lossy(needle)
+        );
+    }
     // xlurmd keeps PIE (it runs as root).
     let daemon = std::fs::read(env!("CARGO_BIN_EXE_xlurmd")).unwrap();
     assert_eq!(elf_type(&daemon), 3, "xlurmd stays a PIE");
