@@ -11,11 +11,18 @@ use clap::{Args, Parser, Subcommand};
     about = "Submit and watch jobs on this machine's xlurm scheduler"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub bus: Bus,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Which daemon to talk to: an option of every subcommand.
+#[derive(Debug, Args)]
+pub struct Bus {
     /// Talk to a --user daemon on the session bus (also XLURM_USER_BUS=1).
     #[arg(long, global = true, env = "XLURM_USER_BUS")]
     pub user: bool,
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]

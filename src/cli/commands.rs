@@ -11,7 +11,7 @@ use super::{Cli, Command, QueueArgs};
 use anyhow::Result;
 
 pub async fn main(cli: Cli) -> Result<i32> {
-    let user = cli.user;
+    let user = cli.bus.user;
     match cli.command {
         Command::Run(a) if a.pty => super::pty::run_pty(a, user).await,
         Command::Run(a) => run(a, user).await,

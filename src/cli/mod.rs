@@ -42,7 +42,39 @@ pub fn command() -> clap::Command {
 /// Parses `args` (as [`normalize_args`] left them) with [`command`].
 pub fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
+    if let Some(cli) = parse_one(&args) {
+        return Ok(cli);
+    }
     Cli::from_arg_matches(&command().try_get_matches_from(args)?)
+}
+
+/// `xlurm run|batch|queue|cancel|info ARGS` (every command name's) parsed by
+/// a command that has that subcommand's arguments only: building the whole
+/// tree costs a fresh process about 0.15 ms (issue 21). Anything it does not
+/// take as it stands (help, an error) is `None`, for the whole tree to parse
+/// and answer as always; it knows the same arguments (`--version` too), so
+/// what it takes, the whole tree takes the same way.
+fn parse_one(args: &[String]) -> Option<Cli> {
+    use clap::{Args, FromArgMatches};
+    fn one<A: Args + FromArgMatches>(name: &'static str, args: &[String]) -> Option<(A, Bus)> {
+        let cmd = Bus::augment_args(A::augment_args(
+            clap::Command::new(name).version(env!("CARGO_PKG_VERSION")),
+        ));
+        let m = cmd.try_get_matches_from(&args[1..]).ok()?;
+        Some((
+            A::from_arg_matches(&m).ok()?,
+            Bus::from_arg_matches(&m).ok()?,
+        ))
+    }
+    let (command, bus) = match args.get(1)?.as_str() {
+        "run" => one("run", args).map(|(a, b)| (Command::Run(a), b))?,
+        "batch" => one("batch", args).map(|(a, b)| (Command::Batch(a), b))?,
+        "queue" => one("queue", args).map(|(a, b)| (Command::Queue(a), b))?,
+        "cancel" => one("cancel", args).map(|(a, b)| (Command::Cancel(a), b))?,
+        "info" => one("info", args).map(|(a, b)| (Command::Info(a), b))?,
+        _ => return None,
+    };
+    Some(Cli { bus, command })
 }
 
 /// Rewrites `xrun ARGS` as `xlurm run ARGS` (and so on) by argv[0].
@@ -67,6 +99,87 @@ pub fn normalize_args(args: Vec<String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole tree's answer: the command, or the error's kind and text.
+    fn whole(args: &[String]) -> Result<String, (clap::error::ErrorKind, String)> {
+        use clap::FromArgMatches;
+        command()
+            .try_get_matches_from(args)
+            .and_then(|m| Cli::from_arg_matches(&m))
+            .map(|c| format!("{c:?}"))
+            .map_err(|e| (e.kind(), e.render().to_string()))
+    }
+
+    #[test]
+    fn one_subcommand_parses_as_the_whole_tree_or_leaves_it_to_it() {
+        // Command lines built from the whole tree's own arguments for each
+        // command name: every option with no value, a good value, a bad one
+        // and a flag-like one, alone, after a command and between others;
+        // help and version; a command's own options after it.
+        let tree = command();
+        let mut lines: Vec<Vec<String>> = Vec::new();
+        for sub in ["run", "batch", "queue", "cancel", "info"] {
+            let cmd = tree.find_subcommand(sub).unwrap();
+            let mut words: Vec<Vec<String>> = vec![
+                vec![],
+                vec!["--help".into()],
+                vec!["-h".into()],
+                vec!["--version".into()],
+                vec!["-V".into()],
+                vec!["--user".into()],
+                vec!["--bogus".into()],
+                vec!["7".into()],
+                vec!["1".into(), "2".into()],
+                vec!["--".into(), "echo".into(), "--help".into()],
+                vec!["echo".into(), "-V".into(), "--user".into()],
+            ];
+            for a in cmd.get_arguments() {
+                let mut spellings: Vec<String> = Vec::new();
+                spellings.extend(a.get_long().map(|l| format!("--{l}")));
+                spellings.extend(a.get_short().map(|c| format!("-{c}")));
+                for flag in spellings {
+                    for value in [
+                        None,
+                        Some("1"),
+                        Some("0-3"),
+                        Some("x"),
+                        Some("-V"),
+                        Some("2h"),
+                    ] {
+                        let mut w = vec![flag.clone()];
+                        w.extend(value.map(String::from));
+                        words.push(w.clone());
+                        let mut after = w.clone();
+                        after.extend(["--wrap".to_string(), "true".to_string()]);
+                        words.push(after);
+                        let mut cmdline = vec!["-g".to_string(), "0".to_string()];
+                        cmdline.extend(w);
+                        cmdline.extend(["sleep".to_string(), "1".to_string()]);
+                        words.push(cmdline);
+                    }
+                }
+            }
+            for w in words {
+                let mut line = vec!["xlurm".to_string(), sub.to_string()];
+                line.extend(w);
+                lines.push(line);
+            }
+        }
+        let mut taken = 0;
+        for line in &lines {
+            let want = whole(line);
+            match (parse_one(line), &want) {
+                (Some(got), Ok(w)) => {
+                    assert_eq!(&format!("{got:?}"), w, "{line:?}");
+                    taken += 1;
+                }
+                (Some(got), Err(e)) => panic!("{line:?}: took {got:?}, the whole tree: {e:?}"),
+                (None, Ok(w)) => panic!("{line:?}: left to the whole tree, which took {w}"),
+                (None, Err(_)) => {}
+            }
+        }
+        assert!(taken > 100, "only {taken} of {} taken", lines.len());
+    }
 
     fn parse(args: &[&str]) -> Cli {
         super::parse(normalize_args(args.iter().map(|s| s.to_string()).collect())).unwrap()
