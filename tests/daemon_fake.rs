@@ -3010,11 +3010,11 @@ async fn monitor(e: &Env) -> zbus::MessageStream {
     zbus::MessageStream::from(&monitor)
 }
 
-/// The next method call the monitor `seen` sees from `from` (from anyone
-/// when `None`) within `wait`: its sender and member.
+/// The next method call the monitor `seen` sees from `from` to `to` (from
+/// or to anyone for `None`) within `wait`: its sender and member.
 async fn next_call(
     seen: &mut zbus::MessageStream,
-    from: Option<&str>,
+    (from, to): (Option<&str>, Option<&str>),
     wait: Duration,
 ) -> Option<(String, String)> {
     use futures_util::StreamExt;
@@ -3026,7 +3026,11 @@ async fn next_call(
             .ok()?;
         let h = m.header();
         let sender = h.sender().map(|s| s.to_string()).unwrap_or_default();
-        if h.message_type() == zbus::message::Type::MethodCall && from.is_none_or(|f| f == sender) {
+        let destination = h.destination().map(|s| s.to_string()).unwrap_or_default();
+        if h.message_type() == zbus::message::Type::MethodCall
+            && from.is_none_or(|f| f == sender)
+            && to.is_none_or(|t| t == destination)
+        {
             return Some((
                 sender,
                 h.member().map(|m| m.to_string()).unwrap_or_default(),
@@ -3052,21 +3056,37 @@ async fn xrun_calls_nothing_it_can_do_without_before_its_job_starts() {
         .spawn()
         .unwrap();
     let wait = Duration::from_secs(10);
-    let (name, hello) = next_call(&mut seen, None, wait).await.expect("no Hello");
+    let (name, hello) = next_call(&mut seen, (None, None), wait)
+        .await
+        .expect("no Hello");
     assert_eq!(hello, "Hello");
     let mut calls = vec![hello];
     while calls.last().map(String::as_str) != Some("Submit") {
-        let (_, member) = next_call(&mut seen, Some(&name), wait)
+        let (_, member) = next_call(&mut seen, (Some(&name), None), wait)
             .await
             .unwrap_or_else(|| panic!("no Submit; calls {calls:?}"));
         calls.push(member);
     }
     assert_eq!(calls, ["Hello", "AddMatch", "Submit"]);
     // Held: nothing to look at before the second after which xrun says
-    // why it waits.
-    let early = next_call(&mut seen, Some(&name), Duration::from_millis(700)).await;
-    assert_eq!(early, None, "xrun called before its job changed");
+    // why it waits, not even when someone else tells xrun's connection its
+    // job runs (anyone may send a connection a signal, whatever it
+    // subscribed to).
     let id = cli_json(e, &["queue", "--json"])[0]["id"].as_u64().unwrap();
+    let forger = e.bus.connect().await.unwrap();
+    forger
+        .emit_signal(
+            Some(name.as_str()),
+            "/org/xlurm/Scheduler1",
+            "org.xlurm.Scheduler1",
+            "JobStateChanged",
+            &(id, "RUNNING"),
+        )
+        .await
+        .unwrap();
+    let to_xlurmd = (Some(name.as_str()), Some("org.xlurm.Scheduler1"));
+    let early = next_call(&mut seen, to_xlurmd, Duration::from_millis(600)).await;
+    assert_eq!(early, None, "xrun called xlurmd before its job changed");
     c.release(id).await.unwrap();
     let out = tokio::task::spawn_blocking(move || xrun.wait_with_output())
         .await

@@ -75,11 +75,12 @@ impl Stops {
 pub(super) struct Changes(tokio::sync::mpsc::UnboundedReceiver<(u64, String)>);
 
 impl Changes {
-    /// Subscribes with one `AddMatch` whose sender is xlurmd's bus name: the
-    /// bus delivers only what that name's owner sends, whoever owns it after
-    /// a restart. (The proxy's own signal stream also asks for the name's
-    /// owner and follows its changes: two more round trips before a
-    /// submission, issue 21.)
+    /// Subscribes with one `AddMatch` whose sender is xlurmd's bus name (the
+    /// proxy's own signal stream also asks for the name's owner and follows
+    /// its changes: two more round trips before a submission, issue 21).
+    /// The bus applies that sender to broadcasts only: anyone may send this
+    /// connection a signal of its own, so each is checked against the name's
+    /// owner here ([`Teller`]).
     pub(super) async fn subscribe(p: &SchedulerProxy<'_>) -> zbus::Result<Changes> {
         use futures_util::StreamExt;
         let rule = zbus::MatchRule::builder()
@@ -89,12 +90,17 @@ impl Changes {
             .interface(p.inner().interface().to_owned())
             .member("JobStateChanged")
             .build()?;
-        let mut stream =
-            zbus::MessageStream::for_match_rule(rule, p.inner().connection(), None).await?;
+        let conn = p.inner().connection().clone();
+        let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None).await?;
+        let mut teller = Teller::new(p.inner().destination().to_string());
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(msg) = stream.next().await {
                 let Ok(msg) = msg else { continue };
+                let sender = msg.header().sender().map(|s| s.to_string());
+                if !teller.is_owner(&conn, sender.as_deref()).await {
+                    continue;
+                }
                 if let Ok(change) = msg.body().deserialize::<(u64, String)>() {
                     if tx.send(change).is_err() {
                         return;
@@ -136,6 +142,53 @@ impl Changes {
             }
         }
         std::future::pending::<()>().await;
+    }
+}
+
+/// Who may tell of job changes: the owner of xlurmd's bus name, as the bus
+/// says. It is asked when a signal comes from a sender not known as the
+/// owner (the first signal, or the first after xlurmd restarted under a new
+/// unique name), at most once a second: a stream of forged signals costs
+/// one question a second, and what is kept is only ever the bus's answer.
+struct Teller {
+    name: String,
+    owner: Option<String>,
+    asked: Option<Instant>,
+}
+
+impl Teller {
+    fn new(name: String) -> Teller {
+        Teller {
+            name,
+            owner: None,
+            asked: None,
+        }
+    }
+
+    async fn is_owner(&mut self, conn: &zbus::Connection, sender: Option<&str>) -> bool {
+        let Some(sender) = sender else { return false };
+        if self.owner.as_deref() == Some(sender) {
+            return true;
+        }
+        if self
+            .asked
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.asked = Some(Instant::now());
+        self.owner = conn
+            .call_method(
+                Some("org.freedesktop.DBus"),
+                "/org/freedesktop/DBus",
+                Some("org.freedesktop.DBus"),
+                "GetNameOwner",
+                &(self.name.as_str()),
+            )
+            .await
+            .ok()
+            .and_then(|reply| reply.body().deserialize::<String>().ok());
+        self.owner.as_deref() == Some(sender)
     }
 }
 

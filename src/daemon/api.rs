@@ -659,8 +659,9 @@ impl SchedulerApi {
     /// Emitted when a job enters a new state: broadcast on a public queue; on
     /// a private one (`--list-is-public=false`) sent only to the connections
     /// of the job's owner that submitted it or read it (GetJob, ReadLog).
-    /// RUNNING is sent once systemd has created the job's unit; a job whose
-    /// unit systemd refuses goes from PENDING to LAUNCH_FAILED.
+    /// RUNNING is sent once systemd has created the job's unit (`GetJob`
+    /// reads RUNNING from the moment the start began); the change of a job
+    /// whose unit systemd refuses is sent as LAUNCH_FAILED only.
     #[zbus(signal)]
     pub async fn job_state_changed(
         em: &SignalEmitter<'_>,
