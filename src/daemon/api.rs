@@ -440,9 +440,7 @@ impl SchedulerApi {
             false => Some(caller),
         };
         // The caller's primary group, for group limits (NSS: off the event loop).
-        let gid = tokio::task::spawn_blocking(move || super::service::user_name(caller).1)
-            .await
-            .map_err(|e| ApiError::Failed(e.to_string()))?;
+        let gid = self.daemon.submitter(caller).await.1;
         let st = self.daemon.state.lock().await;
         let shown = |id: &u64| match viewer {
             None => true,

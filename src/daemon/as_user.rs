@@ -17,7 +17,7 @@
 //! Where xlurmd is not root (`--user` mode, tests as a user) it cannot take
 //! another identity and needs none: its callers are its own user.
 
-use super::service::Recent;
+use super::service::Accounts;
 use super::spec::Spec;
 use crate::wire::error::{ApiError, ApiResult};
 use std::collections::HashMap;
@@ -52,10 +52,10 @@ pub struct FsIdentity {
 
 impl FsIdentity {
     /// `uid`'s identity as its jobs get it (`User=` with the groups of the
-    /// account databases, see `accounts::resolve_run_as`); a uid without an
+    /// account databases, see `service::Accounts`); a uid without an
     /// account gets no group but the overflow one, the least any user has.
-    pub fn of(uid: u32) -> FsIdentity {
-        match super::service::resolve_run_as(uid) {
+    pub fn of(uid: u32, accounts: &Accounts) -> FsIdentity {
+        match accounts.resolve(uid) {
             Ok(r) => FsIdentity {
                 uid,
                 gid: r.gid,
@@ -310,8 +310,9 @@ pub struct Checker {
     max_stuck_per_user: usize,
     /// Whether this process may take other users' identities (it is root).
     switch: bool,
-    /// Identities lately looked up (the account databases may be slow).
-    ids: Arc<Mutex<Recent<FsIdentity>>>,
+    /// Accounts lately looked up (the account databases may be slow),
+    /// shared with the daemon: a submission's start reuses its check's.
+    accounts: Accounts,
     /// Directories lately found usable, by user (see [`Accepted`]).
     accepted: Mutex<Accepted>,
 }
@@ -353,14 +354,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl Default for Checker {
-    fn default() -> Checker {
-        Checker::with_limits(CHECK_TIMEOUT, MAX_STUCK, MAX_STUCK_PER_USER)
-    }
-}
-
 impl Checker {
-    pub fn with_limits(timeout: Duration, max_stuck: usize, max_stuck_per_user: usize) -> Checker {
+    /// A checker with the default limits that shares `accounts`.
+    pub fn new(accounts: Accounts) -> Checker {
+        Checker::with_limits(accounts, CHECK_TIMEOUT, MAX_STUCK, MAX_STUCK_PER_USER)
+    }
+
+    pub fn with_limits(
+        accounts: Accounts,
+        timeout: Duration,
+        max_stuck: usize,
+        max_stuck_per_user: usize,
+    ) -> Checker {
         Checker {
             pool: Arc::new(Mutex::new(Pool::default())),
             busy: tokio::sync::Semaphore::new(MAX_BUSY),
@@ -368,7 +373,7 @@ impl Checker {
             max_stuck,
             max_stuck_per_user,
             switch: nix::unistd::geteuid().is_root(),
-            ids: Arc::new(Mutex::new(Recent::new(Duration::from_secs(1)))),
+            accounts,
             accepted: Mutex::default(),
         }
     }
@@ -460,7 +465,7 @@ impl Checker {
         for (n, chunk) in cwds.chunks(PATHS_PER_CHECK).enumerate() {
             let chunk = chunk.to_vec();
             let first = chunk[0].clone();
-            let ids = self.ids.clone();
+            let accounts = self.accounts.clone();
             let found = self
                 .run(uid, move || {
                     // Opened as root, before the switch.
@@ -468,13 +473,7 @@ impl Checker {
                     if !switch {
                         return (Ok(first_problem(root.as_ref(), &chunk)), true);
                     }
-                    let now = std::time::Instant::now();
-                    let known = lock(&ids).get(uid, now);
-                    let id = known.unwrap_or_else(|| {
-                        let id = FsIdentity::of(uid);
-                        lock(&ids).put(uid, id.clone(), now);
-                        id
-                    });
+                    let id = FsIdentity::of(uid, &accounts);
                     with_identity(&id, || first_problem(root.as_ref(), &chunk))
                 })
                 .await;

@@ -8,6 +8,14 @@ const STRANGER: u32 = 4242;
 /// The owner of the closed directory (`nobody`).
 const OWNER: u32 = 65_534;
 
+fn accounts() -> Accounts {
+    Accounts::new(Duration::from_secs(1))
+}
+
+fn checker() -> Checker {
+    Checker::new(accounts())
+}
+
 fn spec_in(cwd: &str) -> Spec {
     crate::daemon::spec::parse(&HashMap::from([
         entry("argv", vec!["/bin/true".to_string()]),
@@ -95,7 +103,7 @@ async fn a_closed_directory_tells_a_stranger_nothing_of_what_it_holds() {
         .unwrap()
         .contains("does not exist"));
 
-    let c = Checker::default();
+    let c = checker();
     let a = answer(&c, STRANGER, &secret).await.unwrap_err();
     let b = answer(&c, STRANGER, &nothere).await.unwrap_err();
     assert!(
@@ -162,12 +170,13 @@ async fn a_checking_thread_is_root_again_after_each_check() {
         return;
     }
     let mine = thread_id::current().unwrap();
-    let c = Checker::default();
+    let c = checker();
     assert_eq!(answer(&c, STRANGER, "/").await, Ok(()));
     let (stranger, first) = c
         .run(STRANGER, || {
-            let (seen, fit) =
-                with_identity(&FsIdentity::of(STRANGER), || thread_id::current().unwrap());
+            let (seen, fit) = with_identity(&FsIdentity::of(STRANGER, &accounts()), || {
+                thread_id::current().unwrap()
+            });
             ((seen.unwrap(), std::thread::current().id()), fit)
         })
         .await
@@ -201,7 +210,7 @@ fn blocking() -> (
 // One event-loop thread: a check that blocked it could not time out.
 #[tokio::test(flavor = "current_thread")]
 async fn a_hanging_check_times_out_and_is_no_one_elses_problem() {
-    let c = Checker::with_limits(Duration::from_millis(200), 3, 2);
+    let c = Checker::with_limits(accounts(), Duration::from_millis(200), 3, 2);
     let t = Instant::now();
     let (release1, hang) = blocking();
     assert_eq!(c.run(1, hang).await, Err(Unanswered::TimedOut));
@@ -261,7 +270,7 @@ async fn a_hanging_check_times_out_and_is_no_one_elses_problem() {
 
 #[tokio::test]
 async fn a_thread_that_cannot_take_back_its_identity_is_not_reused() {
-    let c = Checker::default();
+    let c = checker();
     let first = c
         .run(0, || (std::thread::current().id(), false))
         .await
@@ -281,7 +290,7 @@ async fn a_thread_that_cannot_take_back_its_identity_is_not_reused() {
 
 #[tokio::test]
 async fn the_usual_answers_for_ones_own_paths() {
-    let c = Checker::default();
+    let c = checker();
     let me = nix::unistd::geteuid().as_raw();
     for (cwd, want) in [
         ("/", None),
@@ -300,7 +309,7 @@ async fn the_usual_answers_for_ones_own_paths() {
 
 #[tokio::test]
 async fn each_directory_is_checked_once_and_the_refusal_names_its_first_job() {
-    let c = Checker::default();
+    let c = checker();
     let me = nix::unistd::geteuid().as_raw();
     let specs: Vec<Spec> = ["/", "/nonexistent/xlurm-a", "/", "/nonexistent/xlurm-a"]
         .iter()
@@ -343,4 +352,23 @@ fn a_usable_directory_is_remembered_for_its_user_for_a_second() {
     a.put(1002, vec!["/x".into()], t0 + ACCEPTED_FOR * 2);
     assert!(a.0.len() <= ACCEPTED_MAX);
     assert!(a.has(1002, "/x", t0 + ACCEPTED_FOR * 2));
+}
+
+#[tokio::test]
+async fn a_check_looks_its_submitter_up_for_the_daemon_too() {
+    if !root("a_check_looks_its_submitter_up_for_the_daemon_too") {
+        return;
+    }
+    // The daemon's accounts: its submission and its start read the check's lookup.
+    let shared = Accounts::new(Duration::from_secs(60));
+    let c = Checker::new(shared.clone());
+    for uid in [OWNER, STRANGER] {
+        assert_eq!(shared.kept(uid), None);
+        assert_eq!(answer(&c, uid, "/").await, Ok(()));
+        assert_eq!(
+            shared.kept(uid),
+            Some(crate::daemon::service::resolve_account(uid)),
+            "uid {uid}: the check's lookup, kept where the daemon finds it"
+        );
+    }
 }

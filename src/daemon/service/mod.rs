@@ -34,7 +34,7 @@ mod update;
 pub use access::{no_such_job, owns, sight, Sight};
 pub(crate) use accounts::user_name;
 use accounts::ACCOUNT_REUSE;
-pub use accounts::{resolve_run_as, Recent};
+pub use accounts::{resolve_account, Account, Accounts, Recent};
 pub use gate::hold_by;
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};
@@ -91,10 +91,8 @@ pub struct Daemon<U = Systemd> {
     /// Units of ended jobs (and their ActiveState when known) to collect
     /// once the jobs started in their place reached systemd (see `finalize`).
     uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
-    /// Submitters' accounts as lately resolved for their units (see `run_as`).
-    accounts: std::sync::Mutex<Recent<RunAs>>,
-    /// Submitters' names and primary groups as lately looked up (see `submitter`).
-    names: std::sync::Mutex<Recent<(String, u32)>>,
+    /// Submitters' accounts as lately looked up, shared with `workdirs`.
+    accounts: Accounts,
     /// Checks working directories with the submitter's rights (see `as_user`).
     workdirs: super::as_user::Checker,
     /// Turns to read the journal (see `LogReads`).
@@ -172,6 +170,7 @@ impl<U: Units> Daemon<U> {
         tokio::sync::mpsc::UnboundedReceiver<(JobId, Change)>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let accounts = Accounts::new(ACCOUNT_REUSE);
         let d = Arc::new(Daemon {
             state: Mutex::new(state),
             settings,
@@ -186,9 +185,8 @@ impl<U: Units> Daemon<U> {
             nodev_open: Default::default(),
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
-            accounts: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
-            names: std::sync::Mutex::new(Recent::new(ACCOUNT_REUSE)),
-            workdirs: super::as_user::Checker::default(),
+            accounts: accounts.clone(),
+            workdirs: super::as_user::Checker::new(accounts),
             log_reads: logs::LogReads::default(),
             limit_changes: Mutex::new(()),
         });
