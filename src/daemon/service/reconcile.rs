@@ -306,11 +306,12 @@ impl<U: Units> Daemon<U> {
     /// after a restart an empty one matches whatever runs the unit.
     pub async fn started(&self, id: JobId, invocation: String) {
         let mut st = self.state.lock().await;
-        if st
-            .jobs
-            .get_mut(&id)
-            .is_some_and(|j| j.invocation_known(invocation))
-        {
+        let Some(j) = st.jobs.get_mut(&id) else {
+            return;
+        };
+        // While its start is in flight its RUNNING is not announced yet:
+        // the launch announces this after it (`launched`).
+        if j.invocation_known(invocation) && !j.run().is_some_and(|r| r.in_flight()) {
             let _ = self.changes.send((id, Change::Invocation));
         }
     }
