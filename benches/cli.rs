@@ -1,10 +1,12 @@
 //! What users meet of xlurm's cost (issue 21): the real `xlurm` binary, run as
 //! processes under its command names (`xbatch`, `xqueue`), against xlurmd in a
 //! child process on a private dbus-daemon with the systemd double, in the
-//! workloads Slurm 22.05 and pueue 4 were measured in: process start, 500
-//! submissions of `xbatch --wrap true` serially and from 8 concurrent loops,
-//! the same with 10,000 and 100,000 jobs queued, the daemon's memory per
-//! queued job, and `xqueue --limit 0` of the whole queue.
+//! workloads Slurm 22.05 and pueue 4 were measured in: process start,
+//! submissions of `xbatch --wrap true` serially (5 samples of 100) and from 8
+//! concurrent loops (5 samples of 8 x 25), each figure the median of its
+//! samples with their range, the same with 10,000 and 100,000 jobs queued,
+//! the daemon's memory per queued job, and `xqueue --limit 0` of the whole
+//! queue.
 //!
 //! `cargo bench --bench cli` prints each figure beside its goal.
 //! `XLURM_CLI_BENCH_SMALL=1` runs small counts (the CI smoke run: it checks
@@ -26,30 +28,82 @@ use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;
 
-/// The counts of one run.
+/// The counts of one run. Each submission figure is the median of
+/// `samples` samples (of `serial` submissions, or of `clients` loops of
+/// `per_client`), printed with their range: the host's noise comes in
+/// bursts that a single mean takes in whole.
 struct Counts {
     starts: usize,
     serial: usize,
     per_client: usize,
     clients: usize,
+    samples: usize,
     queued: [usize; 2],
 }
 
 const FULL: Counts = Counts {
     starts: 300,
-    serial: 500,
-    per_client: 63,
+    serial: 100,
+    per_client: 25,
     clients: 8,
+    samples: 5,
     queued: [10_000, 100_000],
 };
 
 const SMALL: Counts = Counts {
     starts: 20,
-    serial: 20,
-    per_client: 3,
+    serial: 10,
+    per_client: 2,
     clients: 8,
+    samples: 2,
     queued: [200, 1_000],
 };
+
+/// A figure measured `samples` times: the median, and the range.
+struct Sampled {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Sampled {
+    fn of(samples: usize, mut one: impl FnMut() -> f64) -> Sampled {
+        let mut v: Vec<f64> = (0..samples.max(1)).map(|_| one()).collect();
+        v.sort_by(f64::total_cmp);
+        Sampled {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// "median (min-max)" with `prec` decimals.
+    fn show(&self, prec: usize) -> String {
+        format!(
+            "{:.prec$} ({:.prec$}-{:.prec$})",
+            self.median, self.min, self.max
+        )
+    }
+}
+
+impl Counts {
+    /// Submissions one round of `serial` and `concurrent` makes.
+    fn per_round(&self) -> usize {
+        self.samples * (self.serial + self.clients * self.per_client)
+    }
+
+    /// Serial submissions: ms each.
+    fn serial(&self, bin: &Path, bus: &str) -> Sampled {
+        Sampled::of(self.samples, || mean_ms(self.serial, || xbatch(bin, bus)))
+    }
+
+    /// Submissions from concurrent clients: per second.
+    fn concurrent(&self, bin: &Path, bus: &str) -> Sampled {
+        Sampled::of(self.samples, || {
+            concurrent_rate(bin, bus, self.clients, self.per_client)
+        })
+    }
+}
 
 /// `xlurm` under each command name, as the package installs them.
 fn command_links(dir: &Path) -> PathBuf {
@@ -168,18 +222,22 @@ async fn bench() {
     println!("process start, xlurm --version:                    {v:>8.2} ms (goal <= 1.2 ms)");
 
     let rss_empty = rss_kib(pid);
-    let serial = mean_ms(n.serial, || xbatch(bin, addr));
+    let serial = n.serial(bin, addr);
     println!(
-        "submit, serial, empty queue ({} xbatch):           {serial:>8.2} ms = {:.0}/s (goal <= 2.2 ms, 460/s)",
+        "submit, serial, empty queue (median of {} x {} xbatch): {} ms = {:.0}/s (goal <= 2.2 ms, 460/s)",
+        n.samples,
         n.serial,
-        1e3 / serial
+        serial.show(2),
+        1e3 / serial.median
     );
-    let par = concurrent_rate(bin, addr, n.clients, n.per_client);
+    let par = n.concurrent(bin, addr);
     println!(
-        "submit, {} clients, empty queue:                    {par:>8.0}/s (goal >= 1000/s)",
-        n.clients
+        "submit, {} clients, empty queue (median of {}):    {}/s (goal >= 1000/s)",
+        n.clients,
+        n.samples,
+        par.show(0)
     );
-    let mut queued = n.serial + n.clients * n.per_client;
+    let mut queued = n.per_round();
     for q in n.queued {
         let add = q.saturating_sub(queued);
         let rss0 = rss_kib(pid);
@@ -191,14 +249,16 @@ async fn bench() {
             rss1 as f64 / 1024.0,
             rss1.saturating_sub(rss0) as f64 / add.max(1) as f64,
         );
-        let s = mean_ms(n.serial, || xbatch(bin, addr));
-        let p = concurrent_rate(bin, addr, n.clients, n.per_client);
-        queued += n.serial + n.clients * n.per_client;
+        let s = n.serial(bin, addr);
+        let p = n.concurrent(bin, addr);
+        queued += n.per_round();
         println!(
-            "submit with {q} queued: serial {s:>6.2} ms ({} of empty), {} clients {p:>6.0}/s ({}) (goal: within 10%)",
-            pct(s, serial),
+            "submit with {q} queued: serial {} ms ({} of empty), {} clients {}/s ({}) (goal: within 10%)",
+            s.show(2),
+            pct(s.median, serial.median),
             n.clients,
-            pct(p, par)
+            p.show(0),
+            pct(p.median, par.median)
         );
         let mut times: Vec<f64> = (0..3)
             .map(|_| {
