@@ -38,6 +38,15 @@ ms() { echo $(( ($2 - $1) / 1000000 )); }
 # rate 0.95x, 1.04x, 0.99x, 0.98x and 1.05x bare; systemd's CPU 0.95x, 0.91x,
 # 0.88x, 0.98x and 0.94x isolated. The tolerances stay as they were: the
 # spreads they keep still cover every run.
+#
+# Session 23 (one account lookup a submission; InvocationId after RUNNING),
+# five runs of the 5-run latency check: xrun 0.92x, 1.44x, 1.20x, 1.28x and
+# 1.22x systemd-run (the 1.44x failed the check); start rate 1.05x, 0.96x,
+# 0.98x, 0.90x and 1.04x bare; systemd's CPU 0.88x, 0.94x, 0.86x, 1.06x and
+# 0.86x isolated. With the first run of each left out and 9 counted (below),
+# five runs: xrun 1.14x, 1.09x, 1.13x, 1.03x and 1.02x (mean 1.08x); start
+# rate 1.07x, 0.93x, 0.97x, 1.03x and 1.05x bare; systemd's CPU 0.85x, 1.01x,
+# 0.85x, 0.88x and 0.83x isolated. The tolerances stay: they cover these.
 START_SPREAD=0.24
 CPU_SPREAD=0.08
 LAT_SPREAD=0.19
@@ -49,18 +58,24 @@ meets() {
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-check "latency, submit to running: bare systemd-run vs xrun (5 runs each, median)"
+check "latency, submit to running: bare systemd-run vs xrun (9 runs each after one of each not counted, median)"
 # Both commands start the same way (as_user) and wait for their job, which
 # records when it began: the time from typing the command to the job running.
+# The first of each is not counted: it reads its binaries from disk, and
+# xlurmd's first start meets its code and its slice cold. In session 23 the
+# first xrun took 341-415 ms against 138-286 ms after it, the first
+# systemd-run 176-229 ms against 121-217 ms; with 5 runs counted, that run
+# and one slow other made the median (1.44x once, in a run of 0.92-1.44x).
 bare=(); x=()
-for i in 1 2 3 4 5; do
+for i in 0 1 2 3 4 5 6 7 8 9; do
   rm -f /tmp/lat-b /tmp/lat-x
   t0=$(date +%s%N); as_user root systemd-run --wait -q -p User=alice /bin/sh -c 'date +%s%N >/tmp/lat-b'
   bare+=("$(ms "$t0" "$(cat /tmp/lat-b)")")
   t0=$(date +%s%N); as_user alice xrun -g 0 /bin/sh -c 'date +%s%N >/tmp/lat-x' 2>/dev/null
   x+=("$(ms "$t0" "$(cat /tmp/lat-x)")")
 done
-b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
+note "submit to running, ms (the first not counted): bare systemd-run ${bare[*]}; xrun ${x[*]}"
+b=$(printf '%s\n' "${bare[@]:1}" | median); m=$(printf '%s\n' "${x[@]:1}" | median)
 lat_ratio=$(awk "BEGIN {printf \"%.2f\", $m / $b}")
 note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio ${lat_ratio}x (goal <= 1.2x)"
 rm -f /tmp/lat-b /tmp/lat-x
