@@ -367,7 +367,9 @@ async fn a_check_looks_its_submitter_up_for_the_daemon_too() {
         assert_eq!(answer(&c, uid, "/").await, Ok(()));
         assert_eq!(
             shared.kept(uid),
-            Some(crate::daemon::service::resolve_account(uid)),
+            Some(
+                crate::daemon::service::resolve_account(uid).expect("the account databases answer")
+            ),
             "uid {uid}: the check's lookup, kept where the daemon finds it"
         );
     }

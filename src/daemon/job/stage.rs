@@ -125,6 +125,10 @@ pub struct Run {
     /// Never stored: how often its owner changed its time limit while it
     /// runs (each change reloads systemd's manager; see `service::update`).
     pub limit_changes: u8,
+    /// Never stored: whether this daemon announced its RUNNING (a start
+    /// made again after systemd lost one is not announced again; after a
+    /// restart, none was).
+    pub running_announced: bool,
     /// Never stored while it runs (kept with its end): what its
     /// accelerators did, from the device polls.
     pub gpu: crate::core::GpuUse,
@@ -212,6 +216,7 @@ impl Run {
             reading: Reading::Idle,
             memory_peak: None,
             limit_changes: 0,
+            running_announced: false,
             gpu: Default::default(),
         }
     }
@@ -452,14 +457,18 @@ impl Job {
         }
     }
 
-    /// systemd answered its start (or it failed): what the unit's signals
-    /// told meanwhile, if anything.
-    pub fn launched(&mut self) -> Heard {
+    /// systemd answered its start (or it failed), and its RUNNING was
+    /// `announced` (or not): what the unit's signals told meanwhile, if
+    /// anything.
+    pub fn launched(&mut self, announced: bool) -> Heard {
         match &mut self.stage {
-            Stage::Running(r) => match std::mem::replace(&mut r.launch, Launch::Done) {
-                Launch::InFlight(heard) => heard,
-                Launch::Done => Heard::Nothing,
-            },
+            Stage::Running(r) => {
+                r.running_announced |= announced;
+                match std::mem::replace(&mut r.launch, Launch::Done) {
+                    Launch::InFlight(heard) => heard,
+                    Launch::Done => Heard::Nothing,
+                }
+            }
             _ => Heard::Nothing,
         }
     }

@@ -32,11 +32,11 @@ fn a_started_job_is_in_flight_until_launched_and_keeps_what_its_unit_told() {
     assert!(j.heard_while_launching(&None));
     assert!(j.heard_while_launching(&Some(ended_unit())));
     assert!(j.heard_while_launching(&None));
-    assert_eq!(j.launched(), Heard::Ended(Box::new(ended_unit())));
+    assert_eq!(j.launched(true), Heard::Ended(Box::new(ended_unit())));
     assert!(!j.run().is_some_and(Run::in_flight));
     // Launched: signals are a reconcile's now, and nothing is left to hand over.
     assert!(!j.heard_while_launching(&None));
-    assert_eq!(j.launched(), Heard::Nothing);
+    assert_eq!(j.launched(true), Heard::Nothing);
 }
 
 #[test]
@@ -55,12 +55,12 @@ fn reads_of_one_unit_fold_into_one_more() {
 fn a_lost_start_is_claimed_once_and_never_once_the_unit_ran() {
     let mut j = pending().started(some_alloc(), 0);
     assert!(!j.claim_relaunch(), "its first start is still in flight");
-    j.launched();
+    j.launched(false);
     assert!(j.claim_relaunch());
     assert!(!j.claim_relaunch(), "one decision per job");
     let mut again = j.relaunched();
     assert_eq!(again.relaunches(), 1);
-    again.launched();
+    again.launched(false);
     assert!(again.invocation_known("ab".into()));
     assert!(!again.invocation_known("cd".into()), "the first one stays");
     assert_eq!(again.invocation_id(), "ab");
@@ -68,11 +68,28 @@ fn a_lost_start_is_claimed_once_and_never_once_the_unit_ran() {
 }
 
 #[test]
+fn running_is_announced_once_per_daemon_whatever_the_starts() {
+    let announced = |j: &Job| j.run().is_some_and(|r| r.running_announced);
+    let mut j = pending().started(some_alloc(), 0);
+    assert!(!announced(&j));
+    j.launched(true);
+    assert!(announced(&j));
+    assert!(j.claim_relaunch());
+    // A start made again keeps it: its RUNNING is not announced twice.
+    let mut again = j.relaunched();
+    again.launched(false);
+    assert!(announced(&again));
+    // After a restart the new daemon has announced nothing.
+    let r = Run::loaded(some_alloc(), 0, String::new(), None, 1);
+    assert!(!r.running_announced);
+}
+
+#[test]
 fn an_end_keeps_what_the_run_had_and_drops_the_environment() {
     let mut j = pending();
     j.command.env = Some(vec!["A=1".into()]);
     let mut r = j.started(some_alloc(), 7).cancel_requested(1001);
-    r.launched();
+    r.launched(false);
     r.invocation_known("ab".into());
     r.saw_memory_peak(42);
     let outcome = Outcome {
@@ -112,7 +129,7 @@ fn each_stage_round_trips_through_its_record_without_what_is_never_stored() {
         "loaded: nothing in flight"
     );
     assert!(back.command.env.is_some(), "kept until its unit ran");
-    r.launched();
+    r.launched(false);
     r.saw_memory_peak(5);
     r.invocation_known("ab".into());
     let back = reloaded(&r);

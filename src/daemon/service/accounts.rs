@@ -65,15 +65,18 @@ impl Account {
 
 /// `uid`'s account, resolved now (blocking: NSS may ask LDAP, or
 /// nss-systemd's varlink services, some answered by systemd itself, which
-/// then starts the next unit later).
-pub fn resolve_account(uid: u32) -> Result<Account, String> {
+/// then starts the next unit later): `None` when the account databases
+/// have no such uid, an error when they could not be asked.
+pub fn resolve_account(uid: u32) -> Result<Option<Account>, String> {
     use nix::unistd::{getgrouplist, Uid, User};
-    let user = User::from_uid(Uid::from_raw(uid))
-        .map_err(|e| format!("looking up uid {uid}: {e}"))?
-        .ok_or_else(|| format!("uid {uid} no longer exists"))?;
+    let Some(user) =
+        User::from_uid(Uid::from_raw(uid)).map_err(|e| format!("looking up uid {uid}: {e}"))?
+    else {
+        return Ok(None);
+    };
     let cname = std::ffi::CString::new(user.name.clone()).map_err(|e| e.to_string())?;
     let groups = getgrouplist(&cname, user.gid).unwrap_or_else(|_| vec![user.gid]);
-    Ok(Account {
+    Ok(Some(Account {
         uid,
         gid: user.gid.as_raw(),
         groups: groups
@@ -82,7 +85,7 @@ pub fn resolve_account(uid: u32) -> Result<Account, String> {
             .map(|g| g.as_raw())
             .collect(),
         name: user.name,
-    })
+    }))
 }
 
 /// The name and primary group of `uid` (its number and an unknown group,
@@ -97,23 +100,29 @@ pub(crate) fn user_name(uid: u32) -> (String, u32) {
 
 /// Accounts lately looked up, shared by everything that needs one (the
 /// daemon and its directory checker), so that a submission and its start
-/// look their submitter up once, not once per use, and a flood of
-/// submissions asks the account databases at most once a second per uid.
-/// A failed lookup is kept as well, for as long.
+/// look their submitter up once, not once per use. An answer is kept, "no
+/// such uid" too, so a flood of submissions asks the account databases
+/// about once a second per uid; a failed lookup (LDAP away...) is not: the
+/// next use asks again, and a start is not refused for a moment's error.
 #[derive(Clone)]
-pub struct Accounts(Arc<std::sync::Mutex<Recent<Result<Account, String>>>>);
+pub struct Accounts(Arc<std::sync::Mutex<Recent<Option<Account>>>>);
+
+/// The error of a uid that has no account.
+fn no_such(uid: u32) -> String {
+    format!("uid {uid} no longer exists")
+}
 
 impl Accounts {
     pub fn new(keep: std::time::Duration) -> Accounts {
         Accounts(Arc::new(std::sync::Mutex::new(Recent::new(keep))))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Recent<Result<Account, String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recent<Option<Account>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `uid`'s account if it was looked up lately.
-    pub fn kept(&self, uid: u32) -> Option<Result<Account, String>> {
+    /// `uid`'s account (`None`: no such uid) if it was looked up lately.
+    pub fn kept(&self, uid: u32) -> Option<Option<Account>> {
         self.lock().get(uid, std::time::Instant::now())
     }
 
@@ -126,14 +135,18 @@ impl Accounts {
     fn resolve_with(
         &self,
         uid: u32,
-        look: impl FnOnce(u32) -> Result<Account, String>,
+        look: impl FnOnce(u32) -> Result<Option<Account>, String>,
     ) -> Result<Account, String> {
-        if let Some(a) = self.kept(uid) {
-            return a;
-        }
-        let a = look(uid);
-        self.lock().put(uid, a.clone(), std::time::Instant::now());
-        a
+        let found = match self.kept(uid) {
+            Some(kept) => kept,
+            None => {
+                let found = look(uid)?;
+                self.lock()
+                    .put(uid, found.clone(), std::time::Instant::now());
+                found
+            }
+        };
+        found.ok_or_else(|| no_such(uid))
     }
 
     /// `uid`'s account, kept or looked up off the event loop.
@@ -144,10 +157,10 @@ impl Accounts {
     async fn get_with(
         &self,
         uid: u32,
-        look: impl FnOnce(u32) -> Result<Account, String> + Send + 'static,
+        look: impl FnOnce(u32) -> Result<Option<Account>, String> + Send + 'static,
     ) -> Result<Account, String> {
-        if let Some(a) = self.kept(uid) {
-            return a;
+        if let Some(kept) = self.kept(uid) {
+            return kept.ok_or_else(|| no_such(uid));
         }
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.resolve_with(uid, look))
@@ -189,9 +202,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_lookup_serves_every_use_for_a_while_failures_included() {
+    async fn an_answer_serves_every_use_for_a_while_a_failure_does_not() {
         let calls = Arc::new(AtomicUsize::new(0));
-        let look = |answer: Result<Account, String>| {
+        let look = |answer: Result<Option<Account>, String>| {
             let calls = calls.clone();
             move |_| {
                 calls.fetch_add(1, Ordering::SeqCst);
@@ -199,38 +212,50 @@ mod tests {
             }
         };
         let a = Accounts::new(std::time::Duration::from_secs(60));
+        // A failed lookup (the databases away) is not kept: a start a moment
+        // later asks again rather than failing for it.
         assert_eq!(
             a.get_with(7, look(Err("no".into()))).await,
             Err("no".into())
         );
+        assert_eq!(a.kept(7), None);
         assert_eq!(
-            a.get_with(7, look(Ok(account(7, 1)))).await,
-            Err("no".into()),
-            "a failure is kept"
+            a.get_with(7, look(Ok(Some(account(7, 1))))).await,
+            Ok(account(7, 1))
         );
         assert_eq!(
-            a.get_with(8, look(Ok(account(8, 1)))).await,
+            a.get_with(7, look(Ok(Some(account(7, 2))))).await,
+            Ok(account(7, 1)),
+            "reused"
+        );
+        // No such uid is an answer, kept like an account.
+        let gone = Err(no_such(9));
+        assert_eq!(a.get_with(9, look(Ok(None))).await, gone);
+        assert_eq!(a.get_with(9, look(Ok(Some(account(9, 1))))).await, gone);
+        assert_eq!(
+            a.get_with(8, look(Ok(Some(account(8, 1))))).await,
             Ok(account(8, 1))
         );
         // The blocking side (a directory check's thread) shares the same accounts.
         let shared = a.clone();
         assert_eq!(
-            shared.resolve_with(8, look(Ok(account(8, 2)))),
+            shared.resolve_with(8, look(Ok(Some(account(8, 2))))),
             Ok(account(8, 1)),
             "reused by a clone"
         );
-        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(shared.resolve_with(9, look(Err("no".into()))), gone);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
         let stale = Accounts::new(std::time::Duration::ZERO);
         assert_eq!(
-            stale.resolve_with(7, look(Ok(account(7, 4)))),
+            stale.resolve_with(7, look(Ok(Some(account(7, 4))))),
             Ok(account(7, 4))
         );
         assert_eq!(
-            stale.get_with(7, look(Ok(account(7, 5)))).await,
+            stale.get_with(7, look(Ok(Some(account(7, 5))))).await,
             Ok(account(7, 5)),
             "expired"
         );
-        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert_eq!(calls.load(Ordering::SeqCst), 6);
     }
 
     #[test]
@@ -251,9 +276,10 @@ mod tests {
         );
         // This process's own account, as the account databases give it.
         let me = nix::unistd::getuid().as_raw();
-        let mine = resolve_account(me).expect("the test's own account");
+        let mine = resolve_account(me)
+            .expect("the account databases answer")
+            .expect("the test's own account");
         assert_eq!(mine.uid, me);
-        assert_eq!(mine.gid, nix::unistd::getgid().as_raw());
         assert!(
             !mine.groups.contains(&mine.gid),
             "the primary group is left out"

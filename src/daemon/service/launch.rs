@@ -217,13 +217,13 @@ impl<U: Units> Daemon<U> {
         // unit's own news is acted on (`launched`), so it comes first. Not
         // before StartTransientUnit: the looks it prompts (xrun's GetJob and
         // ReadLog) would compete with the start itself (issue 21). A start
-        // that fails goes from PENDING to LAUNCH_FAILED. A relaunch (systemd
-        // lost the first start, `restart_lost`) announces nothing again.
-        let announce = result.is_ok() && job.relaunches() == 0;
+        // that fails goes from PENDING to LAUNCH_FAILED. A start made again
+        // (systemd lost the first, `restart_lost`) is not announced again.
+        let announce = result.is_ok() && !job.run().is_some_and(|r| r.running_announced);
         if announce {
             self.changed(job.id, JobState::Running);
         }
-        let (heard, cancelled) = self.launched(job.id, result.is_ok()).await;
+        let (heard, cancelled) = self.launched(job.id, announce).await;
         match result {
             // From here on the unit's signals tell how it goes (run.rs).
             Ok(_) => {
@@ -308,20 +308,20 @@ impl<U: Units> Daemon<U> {
         }
     }
 
-    /// Job `id` is launched (`ok`) or failed to: what its unit's signals
-    /// told meanwhile (to be handled now), and whether a cancel was asked
-    /// for. Under the state lock, which a reconcile takes to look at the
-    /// job: a signal is either kept for here or handled by that reconcile.
-    /// An invocation ID heard while the start was in flight is announced
-    /// now, after RUNNING (see [`Daemon::started`]).
-    pub(super) async fn launched(&self, id: JobId, ok: bool) -> (Heard, bool) {
+    /// Job `id` is launched or failed to, its RUNNING `announced` or not:
+    /// what its unit's signals told meanwhile (to be handled now), and
+    /// whether a cancel was asked for. Under the state lock, which a
+    /// reconcile takes to look at the job: a signal is either kept for here
+    /// or handled by that reconcile. An invocation ID heard while the start
+    /// was in flight is announced now, after RUNNING (see [`Daemon::started`]).
+    pub(super) async fn launched(&self, id: JobId, announced: bool) -> (Heard, bool) {
         let mut st = self.state.lock().await;
         match st.jobs.get_mut(&id) {
             Some(j) => {
-                if ok && j.run().is_some_and(|r| !r.invocation_id.is_empty()) {
+                if j.run().is_some_and(|r| !r.invocation_id.is_empty()) {
                     let _ = self.changes.send((id, Change::Invocation));
                 }
-                (j.launched(), j.cancel_requested_by().is_some())
+                (j.launched(announced), j.cancel_requested_by().is_some())
             }
             None => (Heard::Nothing, false),
         }
