@@ -15,6 +15,14 @@ pub fn of_job(id: JobId) -> String {
     format!("{PREFIX}{id}{SUFFIX}")
 }
 
+/// The identifier (`SyslogIdentifier=`, journald's `SYSLOG_IDENTIFIER`) of
+/// job `id`'s output under a user manager (`xlurmd --user`): journald takes
+/// it from the output stream itself, so it is on every line, also on those
+/// of a process that exited before journald could look up its unit.
+pub fn log_identifier(id: JobId) -> String {
+    format!("{PREFIX}{id}")
+}
+
 /// The job whose unit is `unit`; `None` for any other unit.
 pub fn job_of(unit: &str) -> Option<JobId> {
     let id = unit.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;

@@ -156,18 +156,19 @@ async fn read_journalctl(src: &Source, cursor: &str, max: u32) -> Result<Page> {
     if user_mode {
         cmd.arg("--user");
     }
-    cmd.arg(format!(
-        "{}={unit}",
-        if user_mode {
-            "_SYSTEMD_USER_UNIT"
-        } else {
-            "_SYSTEMD_UNIT"
-        }
-    ));
     // LogExtraFields (XLURM_JOB_ID) reach journald only for the system
     // manager's units (it reads them from /run/systemd/units/): a user
-    // manager's job is found by its unit and start time alone.
-    if !user_mode {
+    // manager's job is found by its unit or its output's identifier (see
+    // `unit::properties`), within the user's own journal (--user), and its
+    // start time.
+    if user_mode {
+        cmd.args([
+            format!("_SYSTEMD_USER_UNIT={unit}"),
+            "+".to_string(),
+            format!("SYSLOG_IDENTIFIER={}", crate::unit_name::log_identifier(id)),
+        ]);
+    } else {
+        cmd.arg(format!("_SYSTEMD_UNIT={unit}"));
         cmd.arg(format!("XLURM_JOB_ID={id}"));
         // And xlurmd's notices to the job's owner (see `notice`).
         cmd.args([
@@ -567,6 +568,45 @@ mod tests {
     /// A job that printed 12,000 lines of 3,000 bytes (36 MB, more than the
     /// system bus carries in one message): each page stays within its budget
     /// and the pages together give every line back.
+    #[tokio::test]
+    async fn a_user_managers_job_is_read_by_its_unit_or_its_identifier_the_systems_by_neither() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("journalctl");
+        let args = dir.path().join("args");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho \"$*\" >>'{}'\n", args.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for user_mode in [true, false] {
+            let src = Source {
+                id: 7,
+                unit: "xlurm-job-7.service".into(),
+                user_mode,
+                journalctl: script.to_string_lossy().into_owned(),
+                ..Default::default()
+            };
+            read(&src, "", 10).await.unwrap();
+        }
+        let calls = std::fs::read_to_string(&args).unwrap();
+        let calls: Vec<&str> = calls.lines().collect();
+        // journalctl: "A + B" is A or B. A line journald could not tie to
+        // the user manager's unit (its process gone) still has the identifier.
+        assert!(
+            calls[0].contains(
+                "--user _SYSTEMD_USER_UNIT=xlurm-job-7.service + SYSLOG_IDENTIFIER=xlurm-job-7"
+            ),
+            "{}",
+            calls[0]
+        );
+        // The system manager names the unit in the stream itself: there the
+        // identifier, which any process may set, is never taken.
+        assert!(!calls[1].contains("SYSLOG_IDENTIFIER"), "{}", calls[1]);
+        assert!(calls[1].contains("_SYSTEMD_UNIT=xlurm-job-7.service XLURM_JOB_ID=7"));
+    }
+
     #[tokio::test]
     async fn long_lines_come_back_whole_in_pages_of_bounded_size() {
         use std::os::unix::fs::PermissionsExt;

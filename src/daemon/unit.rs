@@ -185,6 +185,18 @@ pub fn properties(
         }
         p.push(("MemoryMax", Variant::from(a.mem_bytes)));
     }
+    if settings.user_mode {
+        // A user manager's unit is found in the journal by
+        // `_SYSTEMD_USER_UNIT`, which journald reads from the writing
+        // process's cgroup: a job that exits at once can leave lines without
+        // it (VM 13 in CI: "user-mode-1" with neither unit nor job ID). The
+        // system manager names the unit in the output stream itself, a user
+        // manager does not; the identifier is always there (`journal::read`).
+        p.push((
+            "SyslogIdentifier",
+            Variant::from(crate::unit_name::log_identifier(job.id)),
+        ));
+    }
     if let Some(r) = run_as {
         if !settings.user_mode {
             p.push(("User", Variant::from(r.uid.to_string())));
@@ -612,6 +624,10 @@ mod tests {
         };
         let p = properties(&running_job(), &s, Some(&run_as), &[], &[], None);
         assert!(!p.iter().any(|(n, _)| *n == "User" || *n == "Group"));
+        // Its output carries the job in the stream itself (`journal::read`).
+        assert_eq!(get(&p, "SyslogIdentifier"), &Variant::from("xlurm-job-7"));
+        let system = properties(&running_job(), &settings(), Some(&run_as), &[], &[], None);
+        assert!(!system.iter().any(|(n, _)| *n == "SyslogIdentifier"));
     }
 
     #[test]

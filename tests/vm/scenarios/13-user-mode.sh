@@ -33,4 +33,13 @@ if ! grep -q "^user-mode-1$" <<<"$out"; then
 fi
 assert_contains "$out" "user-mode-1" "xrun printed the job's output"
 assert_contains "$(ua xlurm --user log 1 2>&1)" "user-mode-1" "xlurm log"
+# A line journald could not tie to the job's user unit (its process exited
+# before journald looked up its cgroup: CI saw "user-mode-1" stored with
+# neither the unit nor the job ID, and xrun printed nothing) is still the
+# job's by its identifier, which the output stream itself carries. One
+# written with the identifier from outside the unit stands for it.
+ua systemd-cat -t xlurm-job-1 echo "user-mode-untied-1"
+wait_for "ua journalctl --user -o cat --no-pager SYSLOG_IDENTIFIER=xlurm-job-1 | grep -q user-mode-untied-1" 30
+assert_contains "$(ua journalctl --user -o cat --no-pager SYSLOG_IDENTIFIER=xlurm-job-1)" "user-mode-1" "the job's own lines carry the identifier"
+assert_contains "$(ua xlurm --user log 1 2>&1)" "user-mode-untied-1" "xlurm log finds a line without the unit"
 assert_contains "$(cat /tmp/xlurmd-user.log)" "ready on the session bus"
