@@ -112,7 +112,7 @@ pub async fn devices(d: Arc<Daemon>, poller: crate::accel::Poller) {
                     }
                 }
             }
-            let _ = d.changes.send((id, super::service::Change::Usage));
+            d.changes.send(id, super::service::Change::Usage);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }

@@ -346,8 +346,53 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     // Let launches in flight reach systemd before exiting.
     daemon.stop_launching(Duration::from_secs(10)).await;
     daemon.collect_ended().await;
+    // What those launches and ends announced (RUNNING...) reaches the bus
+    // before exit: clients waiting for it need not poll for it.
+    if !daemon.changes.flush(Duration::from_secs(2)).await {
+        tracing::warn!("stopping before every job change was announced on the bus");
+    }
     tracing::info!("stopping; running jobs keep running under systemd");
     Ok(Exit::Stopped)
+}
+
+/// Sends job `id`'s `change` on the bus: its object's properties and
+/// `JobStateChanged` (to everyone when the list is public, else to those
+/// who may see the job).
+async fn announce(
+    conn: &zbus::Connection,
+    d: &Arc<Daemon>,
+    audience: &super::audience::Audience,
+    publish: bool,
+    id: u64,
+    change: Change,
+) {
+    let state = match change {
+        Change::State(state) => state,
+        Change::Invocation => {
+            if publish {
+                super::job_object::invocation_known(conn, d, id).await;
+            }
+            return;
+        }
+        Change::Usage => {
+            if publish {
+                super::job_object::usage_changed(conn, d, id).await;
+            }
+            return;
+        }
+    };
+    super::job_object::on_change(conn, d, id, state, publish).await;
+    let Ok(em) = zbus::object_server::SignalEmitter::new(conn, PATH) else {
+        return;
+    };
+    if publish {
+        let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
+        return;
+    }
+    for name in audience.listeners(id, state.is_final()) {
+        let em = em.clone().set_destination(name.into());
+        let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
+    }
 }
 
 /// Everything `serve` needs that does not come from the bus.
@@ -571,33 +616,8 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         }
         tasks.push(tokio::spawn(async move {
             while let Some((id, change)) = changes.recv().await {
-                let state = match change {
-                    Change::State(state) => state,
-                    Change::Invocation => {
-                        if publish {
-                            super::job_object::invocation_known(&conn, &d, id).await;
-                        }
-                        continue;
-                    }
-                    Change::Usage => {
-                        if publish {
-                            super::job_object::usage_changed(&conn, &d, id).await;
-                        }
-                        continue;
-                    }
-                };
-                super::job_object::on_change(&conn, &d, id, state, publish).await;
-                let Ok(em) = zbus::object_server::SignalEmitter::new(&conn, PATH) else {
-                    continue;
-                };
-                if publish {
-                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
-                    continue;
-                }
-                for name in audience.listeners(id, state.is_final()) {
-                    let em = em.clone().set_destination(name.into());
-                    let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
-                }
+                announce(&conn, &d, &audience, publish, id, change).await;
+                d.changes.sent();
             }
         }));
     }

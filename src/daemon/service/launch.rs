@@ -319,7 +319,7 @@ impl<U: Units> Daemon<U> {
         match st.jobs.get_mut(&id) {
             Some(j) => {
                 if j.run().is_some_and(|r| !r.invocation_id.is_empty()) {
-                    let _ = self.changes.send((id, Change::Invocation));
+                    self.changes.send(id, Change::Invocation);
                 }
                 (j.launched(announced), j.cancel_requested_by().is_some())
             }

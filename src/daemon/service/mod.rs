@@ -73,7 +73,7 @@ pub struct Daemon<U = Systemd> {
     /// Wakes the collector: [`reconcile::COLLECT_BATCH`] ended units wait (see `collect_ended`).
     pub collect: Notify,
     /// Tells the API layer what changed about which job (for signals).
-    pub changes: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
+    pub changes: ChangeQueue,
     /// The accelerator backends in use and the devices they found.
     pub accel: Vec<crate::accel::Active>,
     /// Set (under the state lock) when the daemon is stopping: no new launches.
@@ -159,6 +159,57 @@ pub enum Change {
     Usage,
 }
 
+/// What changed about which job, queued for the API layer, which sends each
+/// as a signal and then says so ([`ChangeQueue::sent`]): a stopping daemon
+/// waits for the last one ([`ChangeQueue::flush`]), so a RUNNING queued by a
+/// launch it let finish is on the bus before it exits.
+pub struct ChangeQueue {
+    tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
+    queued: std::sync::atomic::AtomicU64,
+    sent: std::sync::atomic::AtomicU64,
+}
+
+impl ChangeQueue {
+    fn new(tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>) -> ChangeQueue {
+        ChangeQueue {
+            tx,
+            queued: Default::default(),
+            sent: Default::default(),
+        }
+    }
+
+    /// Queues `change` of job `id` (nothing when no one listens any more).
+    pub fn send(&self, id: JobId, change: Change) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.queued.fetch_add(1, SeqCst);
+        if self.tx.send((id, change)).is_err() {
+            self.queued.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// One change taken from the queue was sent (or dropped on purpose).
+    pub fn sent(&self) {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Waits (up to `limit`) until every change queued before the call was
+    /// sent; whether they all were.
+    pub async fn flush(&self, limit: std::time::Duration) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let queued = self.queued.load(SeqCst);
+        let t0 = std::time::Instant::now();
+        loop {
+            if self.sent.load(SeqCst) >= queued {
+                return true;
+            }
+            if t0.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
 impl<U: Units> Daemon<U> {
     pub fn new(
         state: State,
@@ -177,7 +228,7 @@ impl<U: Units> Daemon<U> {
             systemd,
             kick: Notify::new(),
             collect: Notify::new(),
-            changes: tx,
+            changes: ChangeQueue::new(tx),
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
             gate: Default::default(),
@@ -194,7 +245,7 @@ impl<U: Units> Daemon<U> {
     }
 
     pub(super) fn changed(&self, id: JobId, state: JobState) {
-        let _ = self.changes.send((id, Change::State(state)));
+        self.changes.send(id, Change::State(state));
     }
 }
 

@@ -312,7 +312,7 @@ impl<U: Units> Daemon<U> {
         // While its start is in flight its RUNNING is not announced yet:
         // the launch announces this after it (`launched`).
         if j.invocation_known(invocation) && !j.run().is_some_and(|r| r.in_flight()) {
-            let _ = self.changes.send((id, Change::Invocation));
+            self.changes.send(id, Change::Invocation);
         }
     }
 

@@ -159,3 +159,48 @@ async fn wait_for_calls(d: &Arc<Daemon<MemoryUnits>>, verb: &str, unit: &str, n:
         d.systemd.calls(verb, unit)
     );
 }
+
+#[tokio::test]
+async fn a_stopping_daemon_waits_until_its_last_changes_are_on_the_bus() {
+    // At exit xlurmd lets the launches in flight finish (`stop_launching`):
+    // the RUNNING each queues must be sent before it exits, or a client
+    // waiting for it learns of it only by polling (issue 21).
+    let dir = tempfile::tempdir().unwrap();
+    let (d, mut changes) = daemon_on(dir.path(), MemoryUnits::default()).await;
+    let id = d.submit(0, vec![sleep_spec()]).await.unwrap()[0].id;
+    d.schedule().await;
+    d.stop_launching(Duration::from_secs(5)).await;
+    // A slow sender: each change takes 100 ms to reach the bus.
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (d2, kept) = (d.clone(), sent.clone());
+    let sender = tokio::spawn(async move {
+        for _ in 0..2 {
+            let Some((of, change)) = changes.recv().await else {
+                break;
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            kept.lock().unwrap().push((of, change));
+            d2.changes.sent();
+        }
+        changes
+    });
+    assert!(d.changes.flush(Duration::from_secs(5)).await);
+    assert_eq!(
+        sent.lock().unwrap().clone(),
+        [
+            (id, Change::State(JobState::Pending)),
+            (id, Change::State(JobState::Running))
+        ],
+        "flush returned before the changes queued were sent"
+    );
+    // Bounded: with no one sending (the queue still open), it gives up at its limit.
+    let _open = sender.await.unwrap();
+    d.changes.send(id, Change::Usage);
+    let t0 = std::time::Instant::now();
+    assert!(!d.changes.flush(Duration::from_millis(100)).await);
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+}
