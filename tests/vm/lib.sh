@@ -106,3 +106,26 @@ active_ids() { xqueue --limit 0 | awk -v u="$1" -v s="${2:-}" 'NR > 1 && $2 == u
 
 # xlurmd_owner: the unique bus name that owns org.xlurm.Scheduler1 now.
 xlurmd_owner() { busctl status org.xlurm.Scheduler1 | sed -n 's/^UniqueName=//p'; }
+
+# ms T0_NS T1_NS: milliseconds from T0 to T1 (both `date +%s%N`).
+ms() { echo $(( ($2 - $1) / 1000000 )); }
+
+# median: the middle of the numbers on stdin (the upper middle of an even count).
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# latency_runs N: submit-to-running of a bare `systemd-run --wait` (root, User=alice)
+# and of alice's `xrun -g 0`, N of each, alternated: each from typing the command to
+# its job's process running (the job writes the time). Sets LAT_BARE and LAT_XRUN
+# (arrays, ms, in run order). VM 11's latency check and probe 98 use it.
+latency_runs() {
+  local i t0
+  LAT_BARE=(); LAT_XRUN=()
+  for ((i = 0; i < $1; i++)); do
+    rm -f /tmp/lat-b /tmp/lat-x
+    t0=$(date +%s%N); as_user root systemd-run --wait -q -p User=alice /bin/sh -c 'date +%s%N >/tmp/lat-b'
+    LAT_BARE+=("$(ms "$t0" "$(cat /tmp/lat-b)")")
+    t0=$(date +%s%N); as_user alice xrun -g 0 /bin/sh -c 'date +%s%N >/tmp/lat-x' 2>/dev/null
+    LAT_XRUN+=("$(ms "$t0" "$(cat /tmp/lat-x)")")
+  done
+  rm -f /tmp/lat-b /tmp/lat-x
+}

@@ -10,8 +10,6 @@ set -euo pipefail
 . "$XLURM_VM_LIB"
 systemctl start xlurmd
 
-ms() { echo $(( ($2 - $1) / 1000000 )); }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 n=60
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }

@@ -17,20 +17,11 @@
 set -euo pipefail
 . "$XLURM_VM_LIB"
 systemctl start xlurmd
-ms() { echo $(( ($2 - $1) / 1000000 )); }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 latency() {
-    local bare=() x=() t0 i
-    for i in 1 2 3 4 5 6 7; do
-        rm -f /tmp/lat-b /tmp/lat-x
-        t0=$(date +%s%N); as_user root systemd-run --wait -q -p User=alice /bin/sh -c 'date +%s%N >/tmp/lat-b'
-        bare+=("$(ms "$t0" "$(cat /tmp/lat-b)")")
-        t0=$(date +%s%N); as_user alice xrun -g 0 /bin/sh -c 'date +%s%N >/tmp/lat-x' 2>/dev/null
-        x+=("$(ms "$t0" "$(cat /tmp/lat-x)")")
-    done
+    latency_runs 7
     local b m
-    b=$(printf '%s\n' "${bare[@]}" | median); m=$(printf '%s\n' "${x[@]}" | median)
-    note "$1: systemd-run ${b} ms, xrun ${m} ms (${x[*]}): $(awk "BEGIN {printf \"%.2f\", $m / $b}")x"
+    b=$(printf '%s\n' "${LAT_BARE[@]}" | median); m=$(printf '%s\n' "${LAT_XRUN[@]}" | median)
+    note "$1: systemd-run ${b} ms, xrun ${m} ms (${LAT_XRUN[*]}): $(awk "BEGIN {printf \"%.2f\", $m / $b}")x"
 }
 cpus=$(( $(nproc) - 1 ))
 mkdir -p /run/systemd/system

@@ -10,7 +10,6 @@ set -euo pipefail
 . "$XLURM_VM_LIB"
 systemctl start xlurmd
 
-ms() { echo $(( ($2 - $1) / 1000000 )); }
 # The spread between runs, measured over 5 runs of this scenario on the 2-core
 # CI machine under TCG (bb91506 and the next commit): start rate 0.86-1.00x bare,
 # systemd's CPU 0.78-0.93x isolated, xrun 1.17-1.30x systemd-run. Five runs since xlurmd
@@ -56,7 +55,6 @@ meets() {
     awk -v r="$1" -v g="$3" -v t="$4" -v op="$2" 'BEGIN { exit !(op == ">=" ? r >= g - t : r <= g + t) }' ||
         fail "$5: ${1}x misses its goal ($2 ${3}x) by more than the ${4} measured between runs"
 }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 check "latency, submit to running: bare systemd-run vs xrun (9 runs each after one of each not counted, median)"
 # Both commands start the same way (as_user) and wait for their job, which
@@ -66,19 +64,12 @@ check "latency, submit to running: bare systemd-run vs xrun (9 runs each after o
 # first xrun took 341-415 ms against 138-286 ms after it, the first
 # systemd-run 176-229 ms against 121-217 ms; with 5 runs counted, that run
 # and one slow other made the median (1.44x once, in a run of 0.92-1.44x).
-bare=(); x=()
-for i in 0 1 2 3 4 5 6 7 8 9; do
-  rm -f /tmp/lat-b /tmp/lat-x
-  t0=$(date +%s%N); as_user root systemd-run --wait -q -p User=alice /bin/sh -c 'date +%s%N >/tmp/lat-b'
-  bare+=("$(ms "$t0" "$(cat /tmp/lat-b)")")
-  t0=$(date +%s%N); as_user alice xrun -g 0 /bin/sh -c 'date +%s%N >/tmp/lat-x' 2>/dev/null
-  x+=("$(ms "$t0" "$(cat /tmp/lat-x)")")
-done
+latency_runs 10
+bare=("${LAT_BARE[@]}"); x=("${LAT_XRUN[@]}")
 note "submit to running, ms (the first not counted): bare systemd-run ${bare[*]}; xrun ${x[*]}"
 b=$(printf '%s\n' "${bare[@]:1}" | median); m=$(printf '%s\n' "${x[@]:1}" | median)
 lat_ratio=$(awk "BEGIN {printf \"%.2f\", $m / $b}")
 note "submit to running: bare systemd-run: ${b} ms; xrun: ${m} ms; ratio ${lat_ratio}x (goal <= 1.2x)"
-rm -f /tmp/lat-b /tmp/lat-x
 
 check "latency, submit to finished: bare systemd-run --wait vs xrun (5 runs each, median)"
 bare=(); x=()

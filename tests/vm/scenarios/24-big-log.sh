@@ -41,7 +41,6 @@ assert_eq 12000 "$(wc -l <"$out")" "lines read back"
 assert_eq 0 "$(awk -F: '$1 != NR || length($0) != length(NR) + 2991' "$out" | wc -l)" \
     "every line in order and whole"
 
-ms() { echo $(( ($2 - $1) / 1000000 )); }
 check "xlurm log -f of a chatty job on real journald: 20,000 lines, all once and in order"
 sub=$(as_user alice xbatch -g 0 --wrap 'seq -f "chatty %g" 1 20000' 2>&1)
 id=$(echo "$sub" | awk '/Submitted batch job/ {print $4}')
