@@ -268,6 +268,11 @@ async fn a_job_runs_as_a_unit_with_its_limits_and_reports_its_exit() {
         "{env:?}"
     );
     assert!(env.contains(&"A=1".to_string()));
+    // The signal task counts what it sent: a stopping daemon's flush of its
+    // changes (PENDING, RUNNING, FAILED...) returns at once, not at its limit.
+    let t0 = Instant::now();
+    assert!(d.daemon.changes.flush(Duration::from_secs(5)).await);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
 }
 
 /// One NVIDIA device, 0, on NUMA node 0.
@@ -3072,7 +3077,16 @@ async fn xrun_calls_nothing_it_can_do_without_before_its_job_starts() {
     // why it waits, not even when someone else tells xrun's connection its
     // job runs (anyone may send a connection a signal, whatever it
     // subscribed to).
-    let id = cli_json(e, &["queue", "--json"])[0]["id"].as_u64().unwrap();
+    // The Submit was seen on its way to xlurmd: it is queued once xlurmd
+    // has answered it (a moment later, longer on a loaded machine).
+    let t0 = Instant::now();
+    let id = loop {
+        if let Some(id) = cli_json(e, &["queue", "--json"])[0]["id"].as_u64() {
+            break id;
+        }
+        assert!(t0.elapsed() < wait, "xrun's job never showed in the queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let forger = e.bus.connect().await.unwrap();
     forger
         .emit_signal(

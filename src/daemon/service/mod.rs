@@ -164,26 +164,32 @@ pub enum Change {
 /// waits for the last one ([`ChangeQueue::flush`]), so a RUNNING queued by a
 /// launch it let finish is on the bus before it exits.
 pub struct ChangeQueue {
-    tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
-    queued: std::sync::atomic::AtomicU64,
+    /// The channel, with how many changes went into it: counted and sent
+    /// under one lock, so the count read by [`ChangeQueue::flush`] covers
+    /// exactly the changes ahead of it in the channel.
+    tx: std::sync::Mutex<(tokio::sync::mpsc::UnboundedSender<(JobId, Change)>, u64)>,
     sent: std::sync::atomic::AtomicU64,
 }
 
 impl ChangeQueue {
     fn new(tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>) -> ChangeQueue {
         ChangeQueue {
-            tx,
-            queued: Default::default(),
+            tx: std::sync::Mutex::new((tx, 0)),
             sent: Default::default(),
         }
     }
 
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (tokio::sync::mpsc::UnboundedSender<(JobId, Change)>, u64)> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Queues `change` of job `id` (nothing when no one listens any more).
     pub fn send(&self, id: JobId, change: Change) {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.queued.fetch_add(1, SeqCst);
-        if self.tx.send((id, change)).is_err() {
-            self.queued.fetch_sub(1, SeqCst);
+        let mut q = self.lock();
+        if q.0.send((id, change)).is_ok() {
+            q.1 += 1;
         }
     }
 
@@ -196,7 +202,7 @@ impl ChangeQueue {
     /// sent; whether they all were.
     pub async fn flush(&self, limit: std::time::Duration) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
-        let queued = self.queued.load(SeqCst);
+        let queued = self.lock().1;
         let t0 = std::time::Instant::now();
         loop {
             if self.sent.load(SeqCst) >= queued {
