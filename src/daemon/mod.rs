@@ -1,6 +1,7 @@
 //! xlurmd: the D-Bus service that runs every job as a transient systemd unit.
 
 pub mod accounting;
+pub mod announce;
 pub mod api;
 mod api_caller;
 pub mod as_user;

@@ -1,7 +1,7 @@
 //! xlurmd's start-up: options, refusals, bus, re-adoption, readiness, main loop.
 
 use super::api::{SchedulerApi, BUS_NAME, PATH};
-use super::service::{Change, Daemon, Settings, State};
+use super::service::{Daemon, Settings, State};
 use super::store::Store;
 use super::systemd::{Systemd, Units};
 use super::unit::{MemoryNodesChoice, UnitSettings};
@@ -355,46 +355,6 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     Ok(Exit::Stopped)
 }
 
-/// Sends job `id`'s `change` on the bus: its object's properties and
-/// `JobStateChanged` (to everyone when the list is public, else to those
-/// who may see the job).
-async fn announce(
-    conn: &zbus::Connection,
-    d: &Arc<Daemon>,
-    audience: &super::audience::Audience,
-    publish: bool,
-    id: u64,
-    change: Change,
-) {
-    let state = match change {
-        Change::State(state) => state,
-        Change::Invocation => {
-            if publish {
-                super::job_object::invocation_known(conn, d, id).await;
-            }
-            return;
-        }
-        Change::Usage => {
-            if publish {
-                super::job_object::usage_changed(conn, d, id).await;
-            }
-            return;
-        }
-    };
-    super::job_object::on_change(conn, d, id, state, publish).await;
-    let Ok(em) = zbus::object_server::SignalEmitter::new(conn, PATH) else {
-        return;
-    };
-    if publish {
-        let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
-        return;
-    }
-    for name in audience.listeners(id, state.is_final()) {
-        let em = em.clone().set_destination(name.into());
-        let _ = SchedulerApi::job_state_changed(&em, id, state.name()).await;
-    }
-}
-
 /// Everything `serve` needs that does not come from the bus.
 pub struct ServeConfig {
     /// The `xlurm` binary whose `__tee-output` runs jobs with `--output`.
@@ -539,7 +499,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         object_linger: cfg.object_linger,
     };
     let state = State::new(sched, loaded, store);
-    let (daemon, mut changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
+    let (daemon, changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
     // What was just set, read back (and kept so: every recheck).
     super::nodev_slice::keep_closed(&daemon).await;
     // Re-adoption fails only for passing reasons (systemd busy or re-executing,
@@ -598,29 +558,26 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     {
         tasks.push(t);
     }
-    // Signals for state changes.
-    {
-        let conn = conn.clone();
-        let d = daemon.clone();
-        // Jobs that ended before a restart leave the table after the usual while.
-        let ended: Vec<u64> = {
-            let st = daemon.state.lock().await;
-            st.jobs
-                .values()
-                .filter(|j| j.state().is_final())
-                .map(|j| j.id)
-                .collect()
-        };
-        for id in ended {
-            super::job_object::retire_later(&daemon, id);
-        }
-        tasks.push(tokio::spawn(async move {
-            while let Some((id, change)) = changes.recv().await {
-                announce(&conn, &d, &audience, publish, id, change).await;
-                d.changes.sent();
-            }
-        }));
+    // Jobs that ended before a restart leave the table after the usual while.
+    let ended: Vec<u64> = {
+        let st = daemon.state.lock().await;
+        st.jobs
+            .values()
+            .filter(|j| j.state().is_final())
+            .map(|j| j.id)
+            .collect()
+    };
+    for id in ended {
+        super::job_object::retire_later(&daemon, id);
     }
+    // Signals for job changes.
+    tasks.push(super::announce::spawn(
+        conn.clone(),
+        daemon.clone(),
+        audience.clone(),
+        publish,
+        changes,
+    ));
     // Scheduling loop.
     {
         let d = daemon.clone();

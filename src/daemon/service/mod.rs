@@ -164,32 +164,35 @@ pub enum Change {
 /// waits for the last one ([`ChangeQueue::flush`]), so a RUNNING queued by a
 /// launch it let finish is on the bus before it exits.
 pub struct ChangeQueue {
-    /// The channel, with how many changes went into it: counted and sent
-    /// under one lock, so the count read by [`ChangeQueue::flush`] covers
-    /// exactly the changes ahead of it in the channel.
-    tx: std::sync::Mutex<(tokio::sync::mpsc::UnboundedSender<(JobId, Change)>, u64)>,
+    /// Counted and sent under one lock, so the count read by
+    /// [`ChangeQueue::flush`] covers exactly the changes ahead of it.
+    queued: std::sync::Mutex<Queued>,
     sent: std::sync::atomic::AtomicU64,
+}
+
+/// The channel to the API layer, and how many changes went into it.
+struct Queued {
+    tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>,
+    count: u64,
 }
 
 impl ChangeQueue {
     fn new(tx: tokio::sync::mpsc::UnboundedSender<(JobId, Change)>) -> ChangeQueue {
         ChangeQueue {
-            tx: std::sync::Mutex::new((tx, 0)),
+            queued: std::sync::Mutex::new(Queued { tx, count: 0 }),
             sent: Default::default(),
         }
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (tokio::sync::mpsc::UnboundedSender<(JobId, Change)>, u64)> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner())
+    fn queued(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues `change` of job `id` (nothing when no one listens any more).
     pub fn send(&self, id: JobId, change: Change) {
-        let mut q = self.lock();
-        if q.0.send((id, change)).is_ok() {
-            q.1 += 1;
+        let mut q = self.queued();
+        if q.tx.send((id, change)).is_ok() {
+            q.count += 1;
         }
     }
 
@@ -202,7 +205,7 @@ impl ChangeQueue {
     /// sent; whether they all were.
     pub async fn flush(&self, limit: std::time::Duration) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
-        let queued = self.lock().1;
+        let queued = self.queued().count;
         let t0 = std::time::Instant::now();
         loop {
             if self.sent.load(SeqCst) >= queued {
