@@ -370,7 +370,14 @@ pub fn retire_later(daemon: &Arc<Daemon>, id: JobId) {
     let daemon = daemon.clone();
     tokio::spawn(async move {
         tokio::time::sleep(linger).await;
-        daemon.state.lock().await.retire(id);
+        let retired = daemon
+            .state
+            .lock()
+            .await
+            .apply(crate::daemon::service::Commit::Retired(vec![id]));
+        if let Err(e) = retired {
+            tracing::warn!(job = id, "keeping it in brief: {e}");
+        }
     });
 }
 

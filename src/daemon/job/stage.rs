@@ -280,6 +280,28 @@ impl Job {
         j
     }
 
+    /// A running job with time limit `secs`, set by its owner or an admin
+    /// while it runs: one such change more.
+    pub fn with_time_limit(&self, secs: u64) -> Job {
+        let mut j = self.clone();
+        j.demand.time_limit_secs = secs;
+        if let Stage::Running(r) = &mut j.stage {
+            r.limit_changes = r.limit_changes.saturating_add(1);
+        }
+        j
+    }
+
+    /// A running job whose new time limit systemd did not take: its limit
+    /// `before` again, and the change not counted.
+    pub fn time_limit_back(&self, before: u64) -> Job {
+        let mut j = self.clone();
+        j.demand.time_limit_secs = before;
+        if let Stage::Running(r) = &mut j.stage {
+            r.limit_changes = r.limit_changes.saturating_sub(1);
+        }
+        j
+    }
+
     /// PENDING or RUNNING to a final `state`, at `now` (µs), for the reason
     /// `outcome` gives. Its forwarded environment goes with it.
     pub fn ended(&self, state: JobState, outcome: Outcome, now: u64) -> Job {

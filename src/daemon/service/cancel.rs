@@ -73,19 +73,11 @@ impl<U: Units> Daemon<U> {
             .ok_or_else(no_task)?
             .into_owned();
         let id = st.next_id;
-        let (task, mut rest) = whole.take_task(index, id).ok_or_else(no_task)?;
+        let (task, rest) = whole.take_task(index, id).ok_or_else(no_task)?;
         let task = task.cancelled_pending(uid, now_usec());
-        st.store.save([&task, &rest]).map_err(ApiError::from)?;
-        st.account(&task);
-        st.next_id += 1;
-        rest.detach();
-        st.jobs.insert(array, rest);
-        st.jobs.insert(id, task.clone());
-        st.task_cancelled(&task);
-        let woken = st.wake(array);
+        let fx = st.apply(Commit::TaskWithdrawn { task, rest })?;
         drop(st);
-        self.changed(id, JobState::Cancelled);
-        self.woke(woken);
+        self.carry_out(fx);
         Ok((id, JobState::Pending))
     }
 
@@ -123,32 +115,17 @@ impl<U: Units> Daemon<U> {
         let job = st.find(id).ok_or_else(|| no_such_job(id))?;
         match job.state() {
             JobState::Pending => {
-                // On disk first: a cancel that could not be recorded changes nothing.
-                // Whole: its command comes back from its record, to be kept in the new one.
+                // Whole: its command comes back from its record, to be kept
+                // in the new one. On disk first: a cancel that could not be
+                // recorded changes nothing.
                 let job = st
                     .full(id)
                     .map_err(ApiError::from)?
                     .ok_or_else(|| no_such_job(id))?;
                 let job = job.cancelled_pending(uid, now_usec());
-                st.store.save([&job]).map_err(ApiError::from)?;
-                st.account(&job);
-                st.sched.dequeue(id);
-                st.pending_done(id);
-                // Its --output file is let go of with it.
-                let had_output = st
-                    .jobs
-                    .insert(id, job.clone())
-                    .is_some_and(|j| j.has_output_fd());
-                // A task queued again (--requeue) is counted in its array.
-                st.task_moved(&job, JobState::Pending);
-                let woken = st.wake_job(&job);
+                let fx = st.apply(Commit::Withdrawn(job))?;
                 drop(st);
-                if had_output {
-                    crate::daemon::output::unstore(id);
-                }
-                self.changed(id, JobState::Cancelled);
-                self.woke(woken);
-                self.kick.notify_one();
+                self.carry_out(fx);
                 Ok(JobState::Pending)
             }
             JobState::Running => {
@@ -159,8 +136,7 @@ impl<U: Units> Daemon<U> {
                 // written again.
                 if job.cancel_requested_by().is_none() {
                     let job = job.cancel_requested(uid);
-                    st.store.save([&job]).map_err(ApiError::from)?;
-                    st.jobs.insert(id, job);
+                    st.apply(Commit::Revised(job))?;
                 }
                 drop(st);
                 if let Err(e) = self.systemd.stop(&unit).await {

@@ -21,16 +21,6 @@ pub(super) fn progress_of(state: JobState) -> Progress {
     p
 }
 
-/// What waking the jobs that wait on another did.
-#[derive(Debug, Default)]
-pub struct Woken {
-    /// Jobs cancelled because their dependency can never be met
-    /// (`--kill-on-invalid-dep=yes`), recorded.
-    pub ended: Vec<JobId>,
-    /// Whether some job entered the queue (a pass may start it).
-    pub queued: bool,
-}
-
 impl State {
     /// What keeps pending `job` out of the queue now.
     fn gate_for(&self, job: &Job) -> Gate {
@@ -140,93 +130,51 @@ impl State {
         }
     }
 
-    /// Job `id` started or ended: the jobs that wait on it are looked at
-    /// again (and the next singleton of its owner and name). One whose
-    /// dependency can never be met and that asked to be cancelled then is
-    /// ended, recorded, and those waiting on it are looked at in turn.
-    pub(super) fn wake(&mut self, id: JobId) -> Woken {
-        let mut woken = Woken::default();
-        let mut work = vec![id];
-        while let Some(id) = work.pop() {
-            let Some(found) = self.find(id) else {
-                continue;
-            };
-            // An array has ended once all its tasks have.
-            let ended = match self.array_progress(id) {
-                Some(p) => p.pending == 0 && p.running == 0,
-                None => found.state().is_final(),
-            };
-            let mut waiting = if ended {
-                self.waiters.remove(&id).unwrap_or_default()
-            } else {
-                self.waiters.get(&id).cloned().unwrap_or_default()
-            };
-            // (Most daemons have no singleton waiting: no key is built then.)
-            if let Some(j) = self.jobs.get(&id).filter(|_| !self.singles.is_empty()) {
-                if let Some(first) = self
-                    .singles
-                    .get(&(j.uid, j.name.clone()))
-                    .and_then(|s| s.first())
-                {
-                    waiting.push(*first);
-                }
-            }
-            for w in waiting {
-                woken.queued |= self.regate(w);
-                if self.settle(w) {
-                    woken.ended.push(w);
-                    work.push(w);
-                }
-            }
-        }
-        woken
-    }
-
-    /// [`State::wake`] for `job` and, if it is an array's task, its array
-    /// (a dependency on the array is judged over all its tasks).
-    pub(super) fn wake_job(&mut self, job: &Job) -> Woken {
-        let mut woken = self.wake(job.id);
-        if let Some(array) = job.array.as_ref().map(|t| t.array).filter(|a| *a != job.id) {
-            let w = self.wake(array);
-            woken.ended.extend(w.ended);
-            woken.queued |= w.queued;
-        }
-        woken
-    }
-
-    /// Cancels pending job `id` if its dependency can never be met and it
-    /// asked for that (`--kill-on-invalid-dep=yes`). Whether it was.
-    pub(super) fn settle(&mut self, id: JobId) -> bool {
-        let doomed = self.jobs.get(&id).is_some_and(|j| {
-            j.gate() == Gate::Never && j.after().is_some_and(|a| a.kill_on_invalid)
-        });
-        if !doomed {
-            return false;
-        }
-        let job = match self.full(id) {
-            Ok(Some(j)) => j.cancelled_dependency(now_usec()),
-            Ok(None) => return false,
-            Err(e) => {
-                tracing::error!("job {id}: reading its record to cancel it: {e:#}; it waits");
-                return false;
-            }
+    /// The pending jobs to look at again now that job `id` moved: those
+    /// waiting on it (let go of once it, or its whole array, ended) and the
+    /// next singleton of its owner and name.
+    pub(super) fn waiting_on(&mut self, id: JobId) -> Vec<JobId> {
+        let Some(found) = self.find(id) else {
+            return Vec::new();
         };
-        if let Err(e) = self.store.save([&job]) {
-            tracing::error!("job {id}: recording its cancel failed: {e:#}; it waits");
-            return false;
+        // An array has ended once all its tasks have.
+        let ended = match self.array_progress(id) {
+            Some(p) => p.pending == 0 && p.running == 0,
+            None => found.state().is_final(),
+        };
+        let mut waiting = if ended {
+            self.waiters.remove(&id).unwrap_or_default()
+        } else {
+            self.waiters.get(&id).cloned().unwrap_or_default()
+        };
+        // (Most daemons have no singleton waiting: no key is built then.)
+        if let Some(j) = self.jobs.get(&id).filter(|_| !self.singles.is_empty()) {
+            if let Some(first) = self
+                .singles
+                .get(&(j.uid, j.name.clone()))
+                .and_then(|s| s.first())
+            {
+                waiting.push(*first);
+            }
         }
-        self.account(&job);
-        self.sched.dequeue(id);
-        self.pending_done(id);
-        let had_output = self.jobs.insert(id, job).is_some_and(|j| j.has_output_fd());
-        if had_output {
-            crate::daemon::output::unstore(id);
+        waiting
+    }
+
+    /// Pending job `id` no longer waits on what its record says it depends
+    /// on (its dependency is about to change): it leaves those waiters.
+    pub(super) fn unwait(&mut self, id: JobId) {
+        let Some(a) = self.jobs.get(&id).and_then(Job::after) else {
+            return;
+        };
+        let targets: Vec<JobId> = a.dependency.targets().collect();
+        for t in targets {
+            if let Some(w) = self.waiters.get_mut(&t) {
+                w.retain(|x| *x != id);
+                if w.is_empty() {
+                    self.waiters.remove(&t);
+                }
+            }
         }
-        tracing::info!(
-            job = id,
-            "job {id} CANCELLED: its dependency can never be met"
-        );
-        true
     }
 
     /// Brings pending job `id`'s place up to date: queued for the scheduler
@@ -253,16 +201,6 @@ impl State {
             j.set_gate(gate);
         }
         added
-    }
-
-    /// Pending `job` as changed by its owner or an admin (a hold, a
-    /// release): on disk first, then in memory and in or out of the queue.
-    pub(super) fn change_pending(&mut self, job: Job) -> ApiResult<()> {
-        self.store.save([&job]).map_err(ApiError::from)?;
-        let id = job.id;
-        self.jobs.insert(id, job);
-        self.regate(id);
-        Ok(())
     }
 
     /// Why pending job `id` waits: what keeps it out of the queue, or
@@ -303,10 +241,10 @@ impl<U: Units> Daemon<U> {
         if job.hold() == Some(Hold::Admin) || job.hold() == Some(hold) {
             return Ok(false);
         }
-        let job = job.with_hold(Some(hold));
-        st.change_pending(job)?;
+        let held = job.with_hold(Some(hold));
+        let fx = st.apply(Commit::Revised(held))?;
         drop(st);
-        self.kick.notify_one();
+        self.carry_out(fx);
         Ok(true)
     }
 
@@ -327,21 +265,11 @@ impl<U: Units> Daemon<U> {
             }
             Some(_) => {}
         }
-        let job = job.with_hold(None);
-        st.change_pending(job)?;
+        let released = job.with_hold(None);
+        let fx = st.apply(Commit::Revised(released))?;
         drop(st);
-        self.kick.notify_one();
+        self.carry_out(fx);
         Ok(true)
-    }
-
-    /// Tells of what waking jobs did (see [`State::wake`]).
-    pub(super) fn woke(&self, woken: Woken) {
-        for id in woken.ended {
-            self.changed(id, JobState::Cancelled);
-        }
-        if woken.queued {
-            self.kick.notify_one();
-        }
     }
 
     /// Pending job `id`'s hold, if it has one (for the edge to know whether

@@ -7,6 +7,16 @@ use super::*;
 impl<U: Units> Daemon<U> {
     /// One scheduling pass: start what fits.
     pub async fn schedule(self: &Arc<Self>) {
+        // Starts made again first, stopping or not: they are in flight
+        // already, and the daemon waits for them before it exits.
+        let relaunches = match self.relaunches.lock() {
+            Ok(mut r) => std::mem::take(&mut *r),
+            Err(_) => Vec::new(),
+        };
+        for job in relaunches {
+            let d = self.clone();
+            tokio::spawn(async move { d.launch(job, None).await });
+        }
         let mut st = self.state.lock().await;
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             drop(st);
@@ -35,27 +45,28 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        let mut started: Vec<Job> = Vec::with_capacity(starts.len());
         // An array's next task starts as a job of its own, split off the
-        // array's pending rest (which is written with it): (array, task).
-        let mut rests: Vec<Job> = Vec::new();
-        let mut split: Vec<(JobId, JobId)> = Vec::new();
+        // array's pending rest (which is written with it).
+        let mut placed = Starts {
+            jobs: Vec::with_capacity(starts.len()),
+            now,
+            ..Default::default()
+        };
         for (id, alloc) in starts {
             // Its argv, environment and script come back from its record.
             match st.full(id) {
                 Ok(Some(j)) if j.holds_tasks() => {
-                    let task_id = st.next_id;
+                    let task_id = st.next_id + placed.split.len() as u64;
                     if let Some((task, rest)) = j.split_task(task_id) {
-                        st.next_id += 1;
-                        started.push(task.started(alloc, now));
-                        rests.push(rest);
-                        split.push((id, task_id));
+                        placed.jobs.push(task.started(alloc, now));
+                        placed.rests.push(rest);
+                        placed.split.push((id, task_id));
                     }
                 }
                 Ok(Some(j)) => {
                     let mut j = j.into_owned();
                     j.last_task();
-                    started.push(j.started(alloc, now));
+                    placed.jobs.push(j.started(alloc, now));
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -67,67 +78,18 @@ impl<U: Units> Daemon<U> {
                 }
             }
         }
-        // Persist RUNNING before systemd hears of it: a crash can never start a job twice.
-        if let Err(e) = st.store.save(started.iter().chain(&rests)) {
-            tracing::error!("recording started jobs failed, putting them back: {e:#}");
-            let tasks: HashMap<JobId, JobId> = split.iter().map(|(a, t)| (*t, *a)).collect();
-            for j in &started {
-                // The scheduler knows a split task by its array's ID still.
-                let id = tasks.get(&j.id).copied().unwrap_or(j.id);
-                st.sched.put_back(id, j.demand.clone());
+        // RUNNING is on disk before systemd hears of it: a crash can never
+        // start a job twice.
+        let mut fx = match st.apply(Commit::Started(placed)) {
+            Ok(fx) => fx,
+            Err(e) => {
+                tracing::error!("recording started jobs failed, putting them back: {e}");
+                return;
             }
-            return;
-        }
-        // The scheduler placed the array: the task holds that place now, and
-        // the rest waits again (see `gate`: its %N).
-        for (array, task) in &split {
-            if let Some(alloc) = st.sched.finish(*array) {
-                let j = started.iter().find(|j| j.id == *task);
-                if let Some(j) = j {
-                    let deadline = now / 1_000_000 + j.demand.time_limit_secs;
-                    st.sched.adopt_for(
-                        *task,
-                        alloc,
-                        deadline,
-                        j.submission(),
-                        Some(now / 1_000_000),
-                    );
-                }
-            }
-        }
-        for j in &started {
-            st.task_started(j);
-        }
-        for mut rest in rests {
-            let id = rest.id;
-            rest.detach();
-            st.jobs.insert(id, rest);
-            st.regate(id);
-        }
-        if !split.is_empty() {
-            // More of its tasks may start now.
-            self.kick.notify_one();
-        }
-        // In flight from here (`Launch::InFlight`) until systemd answers.
-        let mut launches = Vec::with_capacity(started.len());
-        for j in started {
-            st.pending_done(j.id);
-            // The pending job's --output descriptor goes to the launch.
-            let output_fd = st
-                .jobs
-                .insert(j.id, j.clone())
-                .and_then(|mut pending| pending.take_output_fd());
-            launches.push((j, output_fd));
-        }
-        // `after:` waits for a start, `singleton` for the next in line.
-        let mut woken = super::gate::Woken::default();
-        for (j, _) in &launches {
-            let w = st.wake_job(j);
-            woken.ended.extend(w.ended);
-            woken.queued |= w.queued;
-        }
+        };
         drop(st);
-        self.woke(woken);
+        let launches = std::mem::take(&mut fx.launches);
+        self.carry_out(fx);
         // Launch concurrently: each waits for systemd on its own.
         for (job, output_fd) in launches {
             let d = self.clone();
@@ -293,18 +255,27 @@ impl<U: Units> Daemon<U> {
         }
     }
 
+    /// Hands `job`, whose start systemd lost and which is claimed again (in
+    /// flight), to the next scheduling pass to launch.
+    pub(super) fn relaunch(&self, job: Job) {
+        if let Ok(mut r) = self.relaunches.lock() {
+            r.push(job);
+        }
+        self.kick.notify_one();
+    }
+
     /// Records why job `id`'s `--output` copy cannot be made (shown by `xqueue ID`).
     pub(super) async fn output_lost(&self, id: JobId, why: &str) {
         tracing::warn!(job = id, "job {id}: no --output copy: {why}");
         let mut st = self.state.lock().await;
-        if let Some(j) = st.jobs.get_mut(&id) {
-            if !j.output_lost(why) {
-                return;
-            }
-            let j = j.clone();
-            if let Err(e) = st.store.save([&j]) {
-                tracing::warn!(job = id, "recording the lost output copy: {e:#}");
-            }
+        let Some(mut j) = st.jobs.get(&id).cloned() else {
+            return;
+        };
+        if !j.output_lost(why) {
+            return;
+        }
+        if let Err(e) = st.apply(Commit::Revised(j)) {
+            tracing::warn!(job = id, "recording the lost output copy: {e}");
         }
     }
 

@@ -22,6 +22,7 @@ mod access;
 mod accounts;
 mod arrays;
 mod cancel;
+mod commit;
 mod gate;
 mod launch;
 mod logs;
@@ -35,6 +36,7 @@ pub use access::{no_such_job, owns, sight, Sight};
 pub(crate) use accounts::user_name;
 use accounts::ACCOUNT_REUSE;
 pub use accounts::{resolve_account, Account, Accounts, Recent};
+pub use commit::{Commit, CommitError, Effects, Starts};
 pub use gate::hold_by;
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};
@@ -88,9 +90,12 @@ pub struct Daemon<U = Systemd> {
     pub nodev_open: std::sync::atomic::AtomicBool,
     /// What it did since it started, for metrics (`xlurm metrics`).
     pub counters: Counters,
-    /// Units of ended jobs (and their ActiveState when known) to collect
-    /// once the jobs started in their place reached systemd (see `finalize`).
-    uncollected: std::sync::Mutex<Vec<(String, Option<String>)>>,
+    /// Units of ended jobs, and how each is collected, once the jobs
+    /// started in their place reached systemd (see `collect_ended`).
+    uncollected: std::sync::Mutex<Vec<(String, crate::daemon::outcome::Collect)>>,
+    /// Starts systemd lost, claimed again (in flight), for the next
+    /// scheduling pass to launch (see `restart_lost`).
+    relaunches: std::sync::Mutex<Vec<Job>>,
     /// Submitters' accounts as lately looked up, shared with `workdirs`.
     accounts: Accounts,
     /// Checks working directories with the submitter's rights (see `as_user`).
@@ -245,6 +250,7 @@ impl<U: Units> Daemon<U> {
             nodev_open: Default::default(),
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
+            relaunches: std::sync::Mutex::new(Vec::new()),
             accounts: accounts.clone(),
             workdirs: super::as_user::Checker::new(accounts),
             log_reads: logs::LogReads::default(),

@@ -23,7 +23,12 @@ impl<U: Units> Daemon<U> {
                                 .and_then(|id| st.find(id))
                                 .is_some_and(|f| f.state().is_final())
                         })
-                        .map(|unit| (unit.clone(), None)),
+                        .map(|unit| {
+                            (
+                                unit.clone(),
+                                crate::daemon::outcome::Collect::for_state(None),
+                            )
+                        }),
                 );
             }
         }
@@ -98,27 +103,8 @@ impl<U: Units> Daemon<U> {
         let cutoff = now.saturating_sub(self.settings.retention_secs.saturating_mul(1_000_000));
         let linger = self.settings.object_linger.as_micros() as u64 + 60_000_000;
         let mut st = self.state.lock().await;
-        let State {
-            store, jobs, ended, ..
-        } = &mut *st;
-        let mut removed = 0;
-        jobs.retain(|id, j| {
-            let keep = !(j.state().is_final() && j.end_usec() < cutoff);
-            if !keep {
-                store.forget(*id);
-                removed += 1;
-            }
-            keep
-        });
-        ended.retain(|id, b| {
-            let keep = b.end_usec >= cutoff;
-            if !keep {
-                store.forget(id);
-                removed += 1;
-            }
-            keep
-        });
-        st.retired += removed;
+        // (Neither kind of change can fail: they only let go.)
+        let _ = st.apply(Commit::Forgotten { cutoff });
         if let Some(l) = &st.ledger {
             match l.prune(now / 1_000_000, self.settings.accounting_retention_secs) {
                 Ok(0) => {}
@@ -135,9 +121,7 @@ impl<U: Units> Daemon<U> {
             .filter(|j| j.state().is_final() && j.end_usec().saturating_add(linger) < now)
             .map(|j| j.id)
             .collect();
-        for id in old {
-            st.retire(id);
-        }
+        let _ = st.apply(Commit::Retired(old));
         st.trim();
         // Fair share: running jobs charged up to now, the queue reordered,
         // the ledger kept (a few bytes per user).

@@ -36,16 +36,17 @@ impl Read {
 
 impl<U: Units> Daemon<U> {
     /// Records a final state, frees the job's resources and has its unit
-    /// collected (`unit_state`: its ActiveState when known, see
-    /// [`Systemd::collect`]). The unit keeps the job's result until then
+    /// collected (`unit`: how, when its unit holds the end; see
+    /// [`Commit::Ended`]). The unit keeps the job's result until then
     /// (`RemainAfterExit=yes`), so a crash in between loses nothing: the
-    /// next start collects it (`readopt`).
+    /// next start collects it (`readopt`). A LOST job that asked for it
+    /// (`--requeue`) is queued again instead.
     pub(super) async fn finalize(
         &self,
         id: JobId,
         state: JobState,
         outcome: Outcome,
-        unit_state: Option<&str>,
+        unit: Option<crate::daemon::outcome::Collect>,
     ) {
         let mut st = self.state.lock().await;
         let Some(job) = st.jobs.get(&id) else {
@@ -56,101 +57,32 @@ impl<U: Units> Daemon<U> {
         }
         if state == JobState::Lost && job.requeue && job.restarts < MAX_REQUEUES {
             let job = job.requeued();
-            self.requeue(st, job, &outcome.detail);
+            let restarts = job.restarts;
+            match st.apply(Commit::Requeued(job)) {
+                Ok(fx) => {
+                    drop(st);
+                    tracing::warn!(
+                        job = id,
+                        "job {id} was lost ({}); queued again as it asked (--requeue), restart {restarts} of at most {MAX_REQUEUES}",
+                        outcome.detail
+                    );
+                    self.carry_out(fx);
+                }
+                Err(e) => {
+                    tracing::error!(job = id, "queueing it again after it was lost failed: {e}")
+                }
+            }
             return;
         }
         let why = outcome.detail.clone();
-        let was = job.state();
-        // In memory even if it cannot be recorded: the job did end, and its
-        // unit, kept uncollected, holds the end for the next start.
         let job = job.ended(state, outcome, now_usec());
-        st.jobs.insert(id, job.clone());
-        st.account(&job);
-        st.task_moved(&job, was);
-        // Charged to its owner's fair-share usage up to now.
-        st.sched.finish_at(id, now_usec() / 1_000_000);
-        // Jobs like it are expected to take as long (expected starts).
-        if state == JobState::Completed {
-            let (from, to) = (job.start_usec(), job.end_usec());
-            st.sched
-                .record_runtime(job.kind(), from / 1_000_000, to / 1_000_000);
-        }
-        // Those waiting on it (or on its array) see how it ended.
-        let woken = st.wake_job(&job);
-        // A unit left to collect keeps the job's result until the record is
-        // durable: it is synced with the next start's record (one fsync on
-        // the way from a job's end to the next job's start) or before the
-        // unit is collected (`collect_ended`). Without one, sync now.
-        let recorded = if unit_state.is_some() {
-            st.store.append([&job])
-        } else {
-            st.store.save([&job])
-        };
-        let recorded = match recorded {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(
-                    job = id,
-                    "recording the final state failed: {e:#}; its unit is kept, so the next start of xlurmd records it"
-                );
-                false
-            }
-        };
+        let fx = st.apply(Commit::Ended { job, unit });
         drop(st);
         tracing::info!(job = id, "job {id} {}: {why}", state.name());
-        self.changed(id, state);
-        self.woke(woken);
-        if job.command.script.is_some() {
-            let _ = std::fs::remove_file(unit::script_path(&self.settings.unit, id));
+        match fx {
+            Ok(fx) => self.carry_out(fx),
+            Err(e) => tracing::error!(job = id, "recording its end: {e}"),
         }
-        // A time limit changed while it ran (`xlurm update`) goes with it.
-        self.systemd.forget_time_limit(&job.unit());
-        // Collected once nothing waits, or by the 5 s check (see
-        // `collect_ended`); never while its unit is all that holds its end.
-        if let (true, Ok(mut u)) = (recorded, self.uncollected.lock()) {
-            u.push((job.unit(), unit_state.map(str::to_string)));
-            if u.len() >= COLLECT_BATCH {
-                self.collect.notify_one();
-            }
-        }
-        self.kick.notify_one();
-    }
-
-    /// `job`, LOST and asked for `--requeue`, queued again with its ID (see
-    /// [`Job::requeued`]): recorded, its resources freed, gated as a new
-    /// submission. If the record cannot be written it stays running in
-    /// memory and the next look at its unit tries again.
-    fn requeue(&self, mut st: tokio::sync::MutexGuard<'_, State>, job: Job, why: &str) {
-        let id = job.id;
-        if let Err(e) = st.store.save([&job]) {
-            tracing::error!(
-                job = id,
-                "queueing it again after it was lost failed: {e:#}"
-            );
-            return;
-        }
-        st.sched.finish_at(id, now_usec() / 1_000_000);
-        let restarts = job.restarts;
-        st.jobs.insert(id, job.clone());
-        st.task_moved(&job, JobState::Running);
-        st.pending_added(&job);
-        st.watch(id);
-        st.regate(id);
-        if let Some(j) = st.jobs.get_mut(&id) {
-            j.detach();
-        }
-        // Those waiting on it (or on its array) see it pending again.
-        let woken = st.wake_job(&job);
-        drop(st);
-        tracing::warn!(
-            job = id,
-            "job {id} was lost ({why}); queued again as it asked (--requeue), restart {restarts} of at most {MAX_REQUEUES}"
-        );
-        self.systemd
-            .forget_time_limit(&crate::unit_name::of_job(id));
-        self.changed(id, JobState::Pending);
-        self.woke(woken);
-        self.kick.notify_one();
     }
 
     /// Reads job `id`'s unit and records its end if it finished.
@@ -194,8 +126,7 @@ impl<U: Units> Daemon<U> {
                 }
                 Read::of(j)
             };
-            // Boxed: reconcile -> restart_lost -> launch -> reconcile.
-            Box::pin(self.reconcile_once(id, read, ended.take())).await;
+            self.reconcile_once(id, read, ended.take()).await;
             let again = self
                 .state
                 .lock()
@@ -256,8 +187,9 @@ impl<U: Units> Daemon<U> {
                 }
                 if status.finished() {
                     let (state, outcome) = classify(&status, cancelled, pty);
-                    self.finalize(id, state, outcome, Some(&status.active_state))
-                        .await;
+                    let unit =
+                        crate::daemon::outcome::Collect::for_state(Some(&status.active_state));
+                    self.finalize(id, state, outcome, Some(unit)).await;
                 }
             }
             // Created but gone before it was ever seen running: systemd may
@@ -295,7 +227,7 @@ impl<U: Units> Daemon<U> {
         // The scheduler knows what holds resources: a job it does not run
         // (ended, or never started) frees nothing.
         let mut st = self.state.lock().await;
-        if st.sched.finish_at(id, now_usec() / 1_000_000).is_some() {
+        if st.release(id, now_usec()) {
             drop(st);
             self.kick.notify_one();
         }
@@ -364,7 +296,7 @@ impl<U: Units> Daemon<U> {
                 return;
             }
             Ok(false) => {
-                let saved = {
+                let relaunched = {
                     let mut st = self.state.lock().await;
                     let Some(j) = st
                         .jobs
@@ -373,17 +305,14 @@ impl<U: Units> Daemon<U> {
                     else {
                         return;
                     };
-                    let job = j.relaunched();
                     // On disk first: the count is what bounds the relaunches.
-                    st.store.save([&job]).map(|()| {
-                        st.jobs.insert(id, job.clone());
-                        job
-                    })
+                    let job = j.relaunched();
+                    st.apply(Commit::Revised(job.clone())).map(|_| job)
                 };
-                let job = match saved {
+                let job = match relaunched {
                     Ok(job) => job,
                     Err(e) => {
-                        let why = format!("systemd lost the start of {unit}, and recording a relaunch failed: {e:#}");
+                        let why = format!("systemd lost the start of {unit}, and recording a relaunch failed: {e}");
                         self.fail_launch(id, why).await;
                         return;
                     }
@@ -393,8 +322,9 @@ impl<U: Units> Daemon<U> {
                     "job {id}: systemd lost the start of {unit} before it ever ran; starting it again ({}/{MAX_RELAUNCHES})",
                     job.relaunches()
                 );
-                // Boxed: launch -> reconcile -> restart_lost -> launch.
-                Box::pin(self.launch(job, None)).await;
+                // Handed back to the launch queue: the next scheduling pass
+                // launches it, as it launches every start.
+                self.relaunch(job);
                 return;
             }
         };
@@ -437,8 +367,7 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        let collect = |(unit, active_state): (String, Option<String>)| async move {
-            let how = crate::daemon::outcome::Collect::for_state(active_state.as_deref());
+        let collect = |(unit, how): (String, crate::daemon::outcome::Collect)| async move {
             self.systemd.collect(&unit, how).await;
         };
         if idle {

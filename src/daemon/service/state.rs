@@ -173,10 +173,10 @@ impl State {
         for id in &pending {
             st.watch(*id);
         }
-        for id in pending {
-            st.regate(id);
-            st.settle(id);
+        for id in &pending {
+            st.regate(*id);
         }
+        st.settle_loaded(&pending);
         // Reading the log left its scratch (each record parsed whole, the
         // index of records) free in the heap: give it back now, not never.
         crate::daemon::heap::give_back();
@@ -243,18 +243,6 @@ impl State {
             self.ended.iter_from(from),
             |a, b| a < b,
         )
-    }
-
-    /// Keeps ended job `id` in brief only, from now on.
-    pub fn retire(&mut self, id: JobId) {
-        if !self.jobs.get(&id).is_some_and(|j| j.state().is_final()) {
-            return;
-        }
-        if let Some(job) = self.jobs.remove(&id) {
-            let brief = Brief::of(&job, |s| self.strings.get(s));
-            self.ended.insert(id, brief);
-            self.retired += 1;
-        }
     }
 
     /// Pending job `job` was queued: its owner holds what it holds.

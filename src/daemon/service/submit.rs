@@ -120,9 +120,9 @@ impl<U: Units> Daemon<U> {
         let now = now_usec();
         let mut out = Vec::with_capacity(specs.len());
         let mut new_jobs = Vec::with_capacity(specs.len());
-        for (spec, demand) in specs.into_iter().zip(demands) {
-            let id = st.next_id;
-            st.next_id += 1;
+        for (i, (spec, demand)) in specs.into_iter().zip(demands).enumerate() {
+            // The IDs are taken once the jobs are recorded (`Commit::Submitted`).
+            let id = st.next_id + i as u64;
             out.push(Submitted {
                 id,
                 mem_bytes: demand.mem_bytes,
@@ -174,51 +174,26 @@ impl<U: Units> Daemon<U> {
         for j in &new_jobs {
             adding.add(j.usage());
         }
-        if let Err(e) = self.settings.budget.admit(st.usage_of(uid), adding) {
-            st.next_id -= new_jobs.len() as u64;
-            return Err(ApiError::LimitExceeded(format!("{user} has {e}")));
-        }
-        if let Err(e) = st.store.save(new_jobs.iter()) {
-            st.next_id -= new_jobs.len() as u64;
-            tracing::error!("could not record a submission of {user}, nothing was queued: {e:#}");
-            return Err(ApiError::Failed(format!(
-                "could not record the job, nothing was queued: {e:#}"
-            )));
-        }
-        let new_ids: Vec<JobId> = new_jobs.iter().map(|j| j.id).collect();
-        self.counters.submitted(new_ids.len() as u64);
-        // A terminal is held as an output descriptor is; the job's
-        // `pty` tells them apart at the start.
-        let mut output_fd = output.map(|(fd, _)| fd).or(pty);
-        for mut job in new_jobs {
-            st.pending_added(&job);
-            // On disk now: memory keeps what waiting needs.
-            job.detach();
-            // Kept in systemd's descriptor store too, across a crash.
-            if let Some(fd) = output_fd.take() {
-                crate::daemon::output::store(job.id, &fd);
-                job.hold_output_fd(fd);
-            }
-            let id = job.id;
-            st.jobs.insert(id, job);
-            st.watch(id);
-            st.regate(id);
-        }
-        // One whose dependency can never be met and that asked to be
-        // cancelled then ends at once (`afterok` on a job that failed).
-        let settled: Vec<JobId> = new_ids
-            .iter()
-            .copied()
-            .filter(|id| st.settle(*id))
-            .collect();
+        self.settings
+            .budget
+            .admit(st.usage_of(uid), adding)
+            .map_err(|e| ApiError::LimitExceeded(format!("{user} has {e}")))?;
+        let count = new_jobs.len() as u64;
+        // A terminal is held as an output descriptor is; the job's `pty`
+        // tells them apart at the start.
+        let held = output.map(|(fd, _)| fd).or(pty);
+        let fx = st
+            .apply(Commit::Submitted {
+                jobs: new_jobs,
+                held,
+            })
+            .map_err(|e| {
+                tracing::error!("could not record a submission of {user}, nothing was queued: {e}");
+                ApiError::Failed(format!("could not record the job, nothing was queued: {e}"))
+            })?;
         drop(st);
-        for id in new_ids {
-            self.changed(id, JobState::Pending);
-        }
-        for id in settled {
-            self.changed(id, JobState::Cancelled);
-        }
-        self.kick.notify_one();
+        self.counters.submitted(count);
+        self.carry_out(fx);
         Ok(out)
     }
 }

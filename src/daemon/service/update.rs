@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::core::{Demand, Request};
-use crate::daemon::job::{After, Stage};
+use crate::daemon::job::After;
 use crate::daemon::spec::Changes;
 
 /// How often its owner may change a running job's time limit (an admin may
@@ -124,19 +124,9 @@ impl<U: Units> Daemon<U> {
             new.name = n;
         }
         // On disk first: an update that could not be recorded changes nothing.
-        st.store.save([&new]).map_err(ApiError::from)?;
-        st.pending_done(id);
-        st.sched.dequeue(id);
-        st.jobs.insert(id, new.clone());
-        st.pending_added(&new);
-        st.watch(id);
-        st.regate(id);
-        let woken = super::gate::Woken {
-            ended: st.settle(id).then_some(id).into_iter().collect(),
-            queued: true,
-        };
+        let fx = st.apply(Commit::Revised(new))?;
         drop(st);
-        self.woke(woken);
+        self.carry_out(fx);
         Ok(())
     }
 
@@ -188,15 +178,10 @@ impl<U: Units> Daemon<U> {
                  (each change reloads systemd); cancel it, or ask an admin"
             )));
         }
-        let mut new = job.clone();
-        new.demand.time_limit_secs = secs;
-        if let Stage::Running(r) = &mut new.stage {
-            r.limit_changes = r.limit_changes.saturating_add(1);
-        }
+        let new = job.with_time_limit(secs);
         let unit = job.unit();
         // On disk first, then systemd; if systemd refuses, the limit goes back.
-        st.store.save([&new]).map_err(ApiError::from)?;
-        st.jobs.insert(id, new);
+        st.apply(Commit::Revised(new))?;
         drop(st);
         let taken = self.systemd.set_time_limit(&unit, secs).await;
         let mut st = self.state.lock().await;
@@ -207,18 +192,9 @@ impl<U: Units> Daemon<U> {
             .cloned();
         if let Err(e) = taken {
             // Only the limit goes back: a cancel may have been asked meanwhile.
-            if let Some(mut back) = still {
-                back.demand.time_limit_secs = before;
-                if let Stage::Running(r) = &mut back.stage {
-                    r.limit_changes = r.limit_changes.saturating_sub(1);
-                }
-                match st.store.save([&back]) {
-                    Ok(()) => {
-                        st.jobs.insert(id, back);
-                    }
-                    Err(e) => {
-                        tracing::error!(job = id, "putting back its time limit failed: {e:#}")
-                    }
+            if let Some(back) = still {
+                if let Err(e) = st.apply(Commit::Revised(back.time_limit_back(before))) {
+                    tracing::error!(job = id, "putting back its time limit failed: {e}")
                 }
             }
             return Err(ApiError::Failed(format!(

@@ -129,6 +129,8 @@ async fn a_start_systemd_lost_is_made_again_and_announced_once() {
     // Gone before it ever ran: started again, RUNNING not announced again.
     d.systemd.vanish(&unit);
     d.reconcile(id).await;
+    // Handed back to the launch queue: the next pass launches it.
+    d.schedule().await;
     wait_for_calls(&d, "start", &unit, 2).await;
     assert_eq!(job(&d, id).await.run().map(|r| r.relaunches), Some(1));
     d.systemd.end(&unit, "success", 1, 0);
