@@ -61,6 +61,10 @@ impl UnitStatus {
     }
 }
 
+/// The result a job whose unit could not be started is recorded with (in
+/// the place of systemd's `Result`, which such a unit never had).
+pub const LAUNCH_FAILED_RESULT: &str = "launch-failed";
+
 /// What letting systemd forget a finished unit takes, by its `ActiveState`
 /// when known (`None`: not known): one that exited (`RemainAfterExit=yes`
 /// keeps it active, with anything the job left behind running) is stopped,

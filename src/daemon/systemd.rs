@@ -303,6 +303,13 @@ pub fn read_memory_peak(dir: &std::path::Path) -> Option<u64> {
 /// What the daemon asks of systemd's manager. [`Systemd`] asks it over the
 /// bus; tests give the daemon an in-memory double
 /// (`crate::testing::memory_units`), so its handlers run without a bus.
+/// Whether systemd refused a start because the unit exists already (ours,
+/// when an earlier start reached it before the reply was lost).
+pub fn unit_exists(e: &zbus::Error) -> bool {
+    matches!(e, zbus::Error::MethodError(name, _, _)
+        if name.as_str() == "org.freedesktop.systemd1.UnitExists")
+}
+
 pub trait Units: Send + Sync + 'static {
     /// Starts a transient unit; fails if systemd refuses the properties or
     /// the unit exists.

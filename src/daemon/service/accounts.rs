@@ -67,14 +67,13 @@ impl Account {
 /// nss-systemd's varlink services, some answered by systemd itself, which
 /// then starts the next unit later): `None` when the account databases
 /// have no such uid, an error when they could not be asked.
-pub fn resolve_account(uid: u32) -> Result<Option<Account>, String> {
+pub fn resolve_account(uid: u32) -> Result<Option<Account>, AccountError> {
     use nix::unistd::{getgrouplist, Uid, User};
-    let Some(user) =
-        User::from_uid(Uid::from_raw(uid)).map_err(|e| format!("looking up uid {uid}: {e}"))?
-    else {
+    let failed = |why: String| AccountError::Lookup { uid, why };
+    let Some(user) = User::from_uid(Uid::from_raw(uid)).map_err(|e| failed(e.to_string()))? else {
         return Ok(None);
     };
-    let cname = std::ffi::CString::new(user.name.clone()).map_err(|e| e.to_string())?;
+    let cname = std::ffi::CString::new(user.name.clone()).map_err(|e| failed(e.to_string()))?;
     let groups = getgrouplist(&cname, user.gid).unwrap_or_else(|_| vec![user.gid]);
     Ok(Some(Account {
         uid,
@@ -107,11 +106,6 @@ pub(crate) fn user_name(uid: u32) -> (String, u32) {
 #[derive(Clone)]
 pub struct Accounts(Arc<std::sync::Mutex<Recent<Option<Account>>>>);
 
-/// The error of a uid that has no account.
-fn no_such(uid: u32) -> String {
-    format!("uid {uid} no longer exists")
-}
-
 impl Accounts {
     pub fn new(keep: std::time::Duration) -> Accounts {
         Accounts(Arc::new(std::sync::Mutex::new(Recent::new(keep))))
@@ -128,15 +122,15 @@ impl Accounts {
 
     /// `uid`'s account, kept or looked up now and kept (blocking: for a
     /// thread that may block, such as a directory check's).
-    pub fn resolve(&self, uid: u32) -> Result<Account, String> {
+    pub fn resolve(&self, uid: u32) -> Result<Account, AccountError> {
         self.resolve_with(uid, resolve_account)
     }
 
     fn resolve_with(
         &self,
         uid: u32,
-        look: impl FnOnce(u32) -> Result<Option<Account>, String>,
-    ) -> Result<Account, String> {
+        look: impl FnOnce(u32) -> Result<Option<Account>, AccountError>,
+    ) -> Result<Account, AccountError> {
         let found = match self.kept(uid) {
             Some(kept) => kept,
             None => {
@@ -146,33 +140,36 @@ impl Accounts {
                 found
             }
         };
-        found.ok_or_else(|| no_such(uid))
+        found.ok_or(AccountError::NoSuchUid(uid))
     }
 
     /// `uid`'s account, kept or looked up off the event loop.
-    pub async fn get(&self, uid: u32) -> Result<Account, String> {
+    pub async fn get(&self, uid: u32) -> Result<Account, AccountError> {
         self.get_with(uid, resolve_account).await
     }
 
     async fn get_with(
         &self,
         uid: u32,
-        look: impl FnOnce(u32) -> Result<Option<Account>, String> + Send + 'static,
-    ) -> Result<Account, String> {
+        look: impl FnOnce(u32) -> Result<Option<Account>, AccountError> + Send + 'static,
+    ) -> Result<Account, AccountError> {
         if let Some(kept) = self.kept(uid) {
-            return kept.ok_or_else(|| no_such(uid));
+            return kept.ok_or(AccountError::NoSuchUid(uid));
         }
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.resolve_with(uid, look))
             .await
-            .map_err(|e| format!("looking up uid {uid}: {e}"))?
+            .map_err(|e| AccountError::Lookup {
+                uid,
+                why: e.to_string(),
+            })?
     }
 }
 
 impl<U: Units> Daemon<U> {
     /// The submitter `uid`'s identity for a unit, resolved at start (see
     /// [`Accounts`]; usually the one its submission resolved).
-    pub(super) async fn run_as(&self, uid: u32) -> Result<RunAs, String> {
+    pub(super) async fn run_as(&self, uid: u32) -> Result<RunAs, AccountError> {
         self.accounts.get(uid).await.map(|a| a.run_as())
     }
 
@@ -204,7 +201,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_serves_every_use_for_a_while_a_failure_does_not() {
         let calls = Arc::new(AtomicUsize::new(0));
-        let look = |answer: Result<Option<Account>, String>| {
+        let look = |answer: Result<Option<Account>, AccountError>| {
             let calls = calls.clone();
             move |_| {
                 calls.fetch_add(1, Ordering::SeqCst);
@@ -214,10 +211,11 @@ mod tests {
         let a = Accounts::new(std::time::Duration::from_secs(60));
         // A failed lookup (the databases away) is not kept: a start a moment
         // later asks again rather than failing for it.
-        assert_eq!(
-            a.get_with(7, look(Err("no".into()))).await,
-            Err("no".into())
-        );
+        let away = AccountError::Lookup {
+            uid: 7,
+            why: "no".into(),
+        };
+        assert_eq!(a.get_with(7, look(Err(away.clone()))).await, Err(away));
         assert_eq!(a.kept(7), None);
         assert_eq!(
             a.get_with(7, look(Ok(Some(account(7, 1))))).await,
@@ -229,7 +227,7 @@ mod tests {
             "reused"
         );
         // No such uid is an answer, kept like an account.
-        let gone = Err(no_such(9));
+        let gone = Err(AccountError::NoSuchUid(9));
         assert_eq!(a.get_with(9, look(Ok(None))).await, gone);
         assert_eq!(a.get_with(9, look(Ok(Some(account(9, 1))))).await, gone);
         assert_eq!(
@@ -243,7 +241,16 @@ mod tests {
             Ok(account(8, 1)),
             "reused by a clone"
         );
-        assert_eq!(shared.resolve_with(9, look(Err("no".into()))), gone);
+        assert_eq!(
+            shared.resolve_with(
+                9,
+                look(Err(AccountError::Lookup {
+                    uid: 9,
+                    why: "no".into()
+                }))
+            ),
+            gone
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 4);
         let stale = Accounts::new(std::time::Duration::ZERO);
         assert_eq!(

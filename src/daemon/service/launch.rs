@@ -1,6 +1,8 @@
 //! The scheduling pass and each start: RUNNING persisted first, then
 //! StartTransientUnit with its retries, and the handshake with the unit
-//! watcher while a start is in flight (`job::Launch`).
+//! watcher while a start is in flight (`job::Launch`); what a job needs at
+//! its start (its script on disk, its devices' variables and nodes); the
+//! relaunch queue of starts systemd lost.
 
 use super::*;
 
@@ -100,41 +102,26 @@ impl<U: Units> Daemon<U> {
     /// Starts the unit of `job`, which is in flight (`Launch::InFlight`),
     /// with its `--output` descriptor if it has one.
     pub(super) async fn launch(&self, job: Job, output_fd: Option<std::os::fd::OwnedFd>) {
-        let run_as = match self.run_as(job.uid).await {
-            Ok(r) => Some(r),
+        let ready = async {
+            let run_as = self.run_as(job.uid).await?;
+            if let Some(script) = &job.command.script {
+                let path = unit::script_path(&self.settings.unit, job.id);
+                write_script(&path, script).map_err(LaunchError::Script)?;
+            }
+            let devices = job.alloc().map(|a| a.devices.clone()).unwrap_or_default();
+            let (visibility, allow) = device_setup(&self.accel, &devices)?;
+            if job.pty && output_fd.is_none() {
+                return Err(LaunchError::TerminalLost);
+            }
+            Ok((run_as, visibility, allow))
+        };
+        let (run_as, visibility, allow) = match ready.await {
+            Ok(ready) => ready,
             Err(e) => {
-                self.fail_launch(job.id, format!("cannot resolve the submitter: {e}"))
-                    .await;
+                self.fail_launch(job.id, e).await;
                 return;
             }
         };
-        if let Some(script) = &job.command.script {
-            let path = unit::script_path(&self.settings.unit, job.id);
-            if let Err(e) = write_script(&path, script) {
-                self.fail_launch(job.id, format!("cannot write the script snapshot: {e:#}"))
-                    .await;
-                return;
-            }
-        }
-        let devices = job.alloc().map(|a| a.devices.clone()).unwrap_or_default();
-        let (visibility, allow) = match device_setup(&self.accel, &devices) {
-            Ok(x) => x,
-            Err(e) => {
-                self.fail_launch(job.id, format!("cannot set up its devices: {e}"))
-                    .await;
-                return;
-            }
-        };
-        if job.pty && output_fd.is_none() {
-            self.fail_launch(
-                job.id,
-                "its terminal was lost when xlurmd restarted while the job was pending \
-                 (systemctl restart empties systemd's descriptor store): run xrun --pty again"
-                    .into(),
-            )
-            .await;
-            return;
-        }
         // --output: systemd holds the user's file from here on (the job's tee
         // wrapper writes it), so the daemon lets go of it once the unit exists.
         if output_fd.is_none()
@@ -165,7 +152,7 @@ impl<U: Units> Daemon<U> {
         let props = unit::properties(
             &job,
             settings,
-            run_as.as_ref(),
+            Some(&run_as),
             &visibility,
             &allow,
             output_fd.as_ref().and_then(|fd| fd.try_clone().ok()),
@@ -206,10 +193,7 @@ impl<U: Units> Daemon<U> {
                     Heard::Nothing => {}
                 }
             }
-            Err(e) => {
-                self.fail_launch(job.id, format!("systemd refused the unit: {e}"))
-                    .await
-            }
+            Err(e) => self.fail_launch(job.id, LaunchError::Refused(e)).await,
         }
     }
 
@@ -220,14 +204,15 @@ impl<U: Units> Daemon<U> {
         &self,
         unit: &str,
         props: &[(&str, zbus::Variant<'_>)],
-    ) -> Result<(), String> {
+    ) -> zbus::Result<()> {
         let mut attempt = 0u64;
         loop {
             match self.systemd.start(unit, props).await {
                 Ok(_) => return Ok(()),
                 // UnitExists after a lost reply: our own earlier start got through.
                 Err(e)
-                    if (transient(&e) || attempt > 0 && e.to_string().contains("UnitExists"))
+                    if (transient(&e)
+                        || attempt > 0 && crate::daemon::systemd::unit_exists(&e))
                         && attempt < 10 =>
                 {
                     attempt += 1;
@@ -241,7 +226,7 @@ impl<U: Units> Daemon<U> {
                             match self.systemd.start_loaded(unit).await {
                                 Ok(()) => return Ok(()),
                                 Err(e) if transient(&e) => continue,
-                                Err(e) => return Err(e.to_string()),
+                                Err(e) => return Err(e),
                             }
                         }
                         // It reached systemd and runs (or ran).
@@ -250,7 +235,7 @@ impl<U: Units> Daemon<U> {
                         Ok(None) | Err(_) => {}
                     }
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -324,14 +309,56 @@ impl<U: Units> Daemon<U> {
         any
     }
 
-    pub(super) async fn fail_launch(&self, id: JobId, detail: String) {
-        tracing::warn!(job = id, "job {id} launch failed: {detail}");
+    pub(super) async fn fail_launch(&self, id: JobId, why: LaunchError) {
+        tracing::warn!(job = id, "job {id} launch failed: {why}");
         let outcome = Outcome {
-            result: "launch-failed".into(),
-            detail,
+            result: crate::daemon::outcome::LAUNCH_FAILED_RESULT.into(),
+            detail: why.to_string(),
             ..Default::default()
         };
         self.finalize(id, JobState::LaunchFailed, outcome, None)
             .await;
     }
+}
+
+/// A job's visibility variables and its `DeviceAllow` entries.
+pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
+
+/// The visibility variables and `DeviceAllow` entries of a job holding
+/// `devices`, from the devices the backends discovered.
+pub fn device_setup(
+    accel: &[crate::accel::Active],
+    devices: &[crate::core::DeviceRef],
+) -> Result<DeviceSetup, DeviceSetupError> {
+    let vendor = devices.first().map(|d| d.vendor);
+    let env = crate::accel::visibility_env(vendor, devices)?;
+    let discovered: Vec<crate::accel::DiscoveredDevice> = accel
+        .iter()
+        .flat_map(|a| a.devices.iter().cloned())
+        .collect();
+    let allow = crate::accel::device_allow(&discovered, devices)?
+        .into_iter()
+        .map(|p| (p.display().to_string(), "rw".to_string()))
+        .collect();
+    Ok((env, allow))
+}
+
+/// Writes a batch job's script snapshot, root-only, synced.
+pub(super) fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, script.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
 }

@@ -23,6 +23,7 @@ mod accounts;
 mod arrays;
 mod cancel;
 mod commit;
+mod error;
 mod gate;
 mod launch;
 mod logs;
@@ -37,11 +38,12 @@ pub(crate) use accounts::user_name;
 use accounts::ACCOUNT_REUSE;
 pub use accounts::{resolve_account, Account, Accounts, Recent};
 pub use commit::{Commit, CommitError, Effects, Starts};
+pub use error::{AccountError, DependencyError, DeviceSetupError, LaunchError};
 pub use gate::hold_by;
+pub use launch::{device_setup, DeviceSetup};
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};
-use submit::write_script;
-pub use submit::{device_setup, DeviceSetup, Submitted, GPU_DEFAULT_HINT};
+pub use submit::{Submitted, GPU_DEFAULT_HINT};
 
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;

@@ -285,14 +285,11 @@ impl<U: Units> Daemon<U> {
             Ok(true) => stopped(String::new()),
             Err(e) => stopped(format!(" (whether it ever ran is unknown: {e:#})")),
             Ok(false) if job.relaunches() >= MAX_RELAUNCHES => {
-                self.fail_launch(
-                    id,
-                    format!(
-                        "systemd lost the start of {unit} {} times in a row",
-                        job.relaunches() + 1
-                    ),
-                )
-                .await;
+                let lost = LaunchError::LostAgain {
+                    unit: unit.to_string(),
+                    times: job.relaunches() + 1,
+                };
+                self.fail_launch(id, lost).await;
                 return;
             }
             Ok(false) => {
@@ -311,9 +308,10 @@ impl<U: Units> Daemon<U> {
                 };
                 let job = match relaunched {
                     Ok(job) => job,
-                    Err(e) => {
-                        let why = format!("systemd lost the start of {unit}, and recording a relaunch failed: {e}");
-                        self.fail_launch(id, why).await;
+                    Err(why) => {
+                        let unit = unit.to_string();
+                        self.fail_launch(id, LaunchError::Relaunch { unit, why })
+                            .await;
                         return;
                     }
                 };

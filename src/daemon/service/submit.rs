@@ -1,5 +1,4 @@
-//! Submit: checking specs, queueing jobs, and what a job needs at its start
-//! (its script on disk, its devices' variables and nodes).
+//! Submit: checking specs and queueing jobs.
 
 use super::*;
 use crate::core::dependency::{Cond, Target};
@@ -109,7 +108,7 @@ impl<U: Units> Daemon<U> {
                 .map_err(|e| ApiError::InvalidRequest(which(e.to_string())))?;
             if let Some(dep) = &spec.dependency {
                 self.check_dependency(&st, uid, dep)
-                    .map_err(|e| ApiError::InvalidArgs(which(e)))?;
+                    .map_err(|e| ApiError::InvalidArgs(which(e.to_string())))?;
             }
             // A request its owner's limits can never let run is refused now.
             st.sched
@@ -205,7 +204,7 @@ impl<U: Units> Daemon<U> {
         st: &State,
         uid: u32,
         dep: &Dependency,
-    ) -> Result<(), String> {
+    ) -> Result<(), DependencyError> {
         let targets = dep.conds.iter().filter_map(|c| match c {
             Cond::On { target, .. } => Some(target),
             Cond::Singleton => None,
@@ -216,60 +215,14 @@ impl<U: Units> Daemon<U> {
                 sight(self.settings.list_is_public, uid, f.uid(), false) != Sight::Hidden
             });
             if !visible {
-                return Err(format!(
-                    "dependency on job {id}: no job {id} (finished jobs are kept for a while, then cleaned)"
-                ));
+                return Err(DependencyError::NoJob(id));
             }
             if let Target::Task(array, index) = t {
                 if st.task_progress(*array, *index).is_none() {
-                    return Err(format!(
-                        "dependency on {array}_{index}: array {array} has no task {index}"
-                    ));
+                    return Err(DependencyError::NoTask(*array, *index));
                 }
             }
         }
         Ok(())
     }
-}
-
-/// A job's visibility variables and its `DeviceAllow` entries.
-pub type DeviceSetup = (Vec<(String, String)>, Vec<(String, String)>);
-
-/// The visibility variables and `DeviceAllow` entries of a job holding
-/// `devices`, from the devices the backends discovered.
-pub fn device_setup(
-    accel: &[crate::accel::Active],
-    devices: &[crate::core::DeviceRef],
-) -> Result<DeviceSetup, String> {
-    let vendor = devices.first().map(|d| d.vendor);
-    let env = crate::accel::visibility_env(vendor, devices).map_err(|e| e.to_string())?;
-    let discovered: Vec<crate::accel::DiscoveredDevice> = accel
-        .iter()
-        .flat_map(|a| a.devices.iter().cloned())
-        .collect();
-    let allow = crate::accel::device_allow(&discovered, devices)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|p| (p.display().to_string(), "rw".to_string()))
-        .collect();
-    Ok((env, allow))
-}
-
-pub(super) fn write_script(path: &std::path::Path, script: &str) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    std::io::Write::write_all(&mut f, script.as_bytes())?;
-    f.sync_all()?;
-    Ok(())
 }

@@ -105,11 +105,10 @@ impl<U: Units> Daemon<U> {
             Some(Some(dependency)) => {
                 // Seen as its owner sees the queue; never a cycle.
                 self.check_dependency(&st, job.uid, &dependency)
-                    .map_err(ApiError::InvalidArgs)?;
-                if let Some(t) = dependency.targets().find(|t| st.depends_on(*t, id)) {
-                    return Err(ApiError::InvalidArgs(format!(
-                        "dependency on job {t}: job {t} waits for job {id} (directly or not), so neither could start"
-                    )));
+                    .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
+                if let Some(target) = dependency.targets().find(|t| st.depends_on(*t, id)) {
+                    let cycle = DependencyError::Cycle { target, id };
+                    return Err(ApiError::InvalidArgs(cycle.to_string()));
                 }
                 Some(After {
                     dependency,
