@@ -77,7 +77,7 @@ async fn main() {
         idle_gpu: Default::default(),
         state_dir: tmp.path().join("state"),
         settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
+        memory_nodes: xlurm::daemon::systemd::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 100,

@@ -139,7 +139,7 @@ async fn daemon(e: &Env) -> (Served, zbus::Connection) {
         },
         state_dir: e.state.path().to_path_buf(),
         settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
+        memory_nodes: xlurm::daemon::systemd::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 5,

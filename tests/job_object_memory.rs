@@ -1,5 +1,5 @@
 //! What a job's D-Bus object costs xlurmd (issue 21): nothing kept per job.
-//! Job objects are answered from the job table (`daemon::objects`), not
+//! Job objects are answered from the job table (`daemon::bus::objects`), not
 //! registered one by one with zbus's object server (a tree node and its
 //! standard interfaces: about 1 KiB a job, as much as the rest of a pending
 //! job). So a pending job on a public queue, which has an object, holds no
@@ -13,7 +13,7 @@ mod common;
 
 use std::collections::HashMap;
 use xlurm::cli::client::SchedulerProxy;
-use xlurm::daemon::api::Dict;
+use xlurm::daemon::bus::api::Dict;
 use xlurm::daemon::run::serve;
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};

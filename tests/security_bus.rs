@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::api::{BUS_NAME, PATH};
+use xlurm::daemon::bus::api::{BUS_NAME, PATH};
 use xlurm::daemon::run::{serve, ServeConfig, Served};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
@@ -48,7 +48,7 @@ async fn env() -> Env {
         idle_gpu: Default::default(),
         state_dir: state.path().to_path_buf(),
         settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
+        memory_nodes: xlurm::daemon::systemd::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 3,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use xlurm::core::{Device, Limits, Machine, Topology, Vendor};
 use xlurm::daemon::job::{Job, JobState};
 use xlurm::daemon::spec::{self, Spec};
-use xlurm::daemon::unit::{self, RunAs, UnitSettings};
+use xlurm::daemon::systemd::unit::{self, RunAs, UnitSettings};
 use zbus::{OwnedVariant, Variant};
 
 const GIB: u64 = 1 << 30;
@@ -297,7 +297,7 @@ fn check_unit_properties(s: &Spec, job: &Job, nodev_slice: Option<String>) {
         script_dir: "/var/lib/xlurm/scripts".into(),
         stop_timeout_usec: 10_000_000,
         tee_path: "/usr/bin/xlurm".into(),
-        memory_nodes: xlurm::daemon::unit::MemoryNodes::Fence,
+        memory_nodes: xlurm::daemon::systemd::unit::MemoryNodes::Fence,
     };
     let run_as = RunAs {
         uid: 1000,

@@ -31,7 +31,7 @@ pub fn config(state_dir: PathBuf) -> ServeConfig {
         idle_gpu: Default::default(),
         state_dir,
         settings_user_mode: false,
-        memory_nodes: xlurm::daemon::unit::MemoryNodesChoice::Auto,
+        memory_nodes: xlurm::daemon::systemd::unit::MemoryNodesChoice::Auto,
         slice: "xlurm.slice".into(),
         budget: xlurm::core::Budget {
             jobs: 1_000_000,

@@ -246,11 +246,11 @@ pub fn usage_rows(
     rows: &[crate::core::accounting::Row],
     period: crate::core::accounting::Period,
     name: impl Fn(u32) -> String,
-) -> Vec<super::wire_job::Dict> {
-    use super::wire_job::put;
+) -> Vec<super::bus::wire_job::Dict> {
+    use super::bus::wire_job::put;
     rows.iter()
         .map(|r| {
-            let mut m = super::wire_job::Dict::new();
+            let mut m = super::bus::wire_job::Dict::new();
             put(
                 &mut m,
                 "period",
@@ -289,7 +289,7 @@ pub fn usage_rows(
 pub fn usage_report(
     dir: PathBuf,
     ask: &UsageAsk,
-) -> Result<Vec<super::wire_job::Dict>, crate::wire::error::ApiError> {
+) -> Result<Vec<super::bus::wire_job::Dict>, crate::wire::error::ApiError> {
     use crate::wire::error::ApiError;
     let records = Ledger::at(dir)
         .read(ask.query.since, ask.query.until)

@@ -1,10 +1,10 @@
 //! xlurmd's start-up: options, refusals, bus, re-adoption, readiness, main loop.
 
-use super::api::{SchedulerApi, BUS_NAME, PATH};
+use super::bus::api::{SchedulerApi, BUS_NAME, PATH};
 use super::service::{Daemon, Settings, State};
 use super::store::Store;
+use super::systemd::unit::{MemoryNodesChoice, UnitSettings};
 use super::systemd::{Systemd, Units};
-use super::unit::{MemoryNodesChoice, UnitSettings};
 use crate::core::request::{parse_bytes, parse_duration_secs};
 use crate::core::{IdSet, Limits, Machine, Policy, Reserve, Scheduler};
 use std::path::{Path, PathBuf};
@@ -281,7 +281,7 @@ async fn run(o: Options) -> Result<Exit, Refusal> {
     })?;
     let config = ServeConfig {
         tee_path: sibling_xlurm(),
-        object_linger: super::job_object::OBJECT_LINGER,
+        object_linger: super::bus::job_object::OBJECT_LINGER,
         machine,
         accel: selection.active,
         policy,
@@ -456,7 +456,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     let version = systemd.version();
     let memory_nodes = cfg.memory_nodes.resolve(version);
     tracing::info!("systemd {version}: job memory kept on its nodes by {memory_nodes:?}");
-    let nodev_slice = super::nodev_slice::close(&systemd, &cfg.slice).await;
+    let nodev_slice = super::systemd::nodev_slice::close(&systemd, &cfg.slice).await;
     let (store, loaded) = Store::open(&cfg.state_dir).map_err(|e| {
         Refusal(format!(
             "state directory {}: {e:#}",
@@ -501,7 +501,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     let state = State::new(sched, loaded, store);
     let (daemon, changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
     // What was just set, read back (and kept so: every recheck).
-    super::nodev_slice::keep_closed(&daemon).await;
+    super::systemd::nodev_slice::keep_closed(&daemon).await;
     // Re-adoption fails only for passing reasons (systemd busy or re-executing,
     // a full state disk): it is retried, never a refusal, which exit 78 would
     // make final. Readiness waits for it; if it takes longer than the unit's
@@ -532,7 +532,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         }
     }
 
-    let audience = Arc::new(super::audience::Audience::new(
+    let audience = Arc::new(super::bus::audience::Audience::new(
         daemon.settings.list_is_public,
     ));
     let api = SchedulerApi {
@@ -542,7 +542,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     };
     let publish = audience.public();
     tasks.push(
-        super::objects::Objects::serve(&conn, api, publish)
+        super::bus::objects::Objects::serve(&conn, api, publish)
             .await
             .map_err(|e| Refusal(format!("serving {PATH}: {e}")))?,
     );
@@ -554,7 +554,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     // It ends when the bus connection does.
     let lost = Arc::new(tokio::sync::Notify::new());
     if let Some(t) =
-        super::watch::spawn_unit_watcher(daemon.clone(), conn.clone(), lost.clone()).await
+        super::systemd::watch::spawn_unit_watcher(daemon.clone(), conn.clone(), lost.clone()).await
     {
         tasks.push(t);
     }
@@ -568,10 +568,10 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             .collect()
     };
     for id in ended {
-        super::job_object::retire_later(&daemon, id);
+        super::bus::job_object::retire_later(&daemon, id);
     }
     // Signals for job changes.
-    tasks.push(super::announce::spawn(
+    tasks.push(super::bus::announce::spawn(
         conn.clone(),
         daemon.clone(),
         audience.clone(),
@@ -618,7 +618,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
                 tick += 1;
                 d.collect_ended().await;
                 recheck_running(&d).await;
-                super::nodev_slice::keep_closed(&d).await;
+                super::systemd::nodev_slice::keep_closed(&d).await;
                 // Memory freed by jobs retired since (see State::trim).
                 d.state.lock().await.trim();
                 if tick.is_multiple_of(clean_every) {
@@ -657,7 +657,7 @@ async fn recheck_running(d: &Arc<Daemon>) {
         let busy = match &states {
             Ok(states) => states
                 .get(&unit)
-                .is_some_and(|(active, sub, job)| super::outcome::busy(active, sub, *job)),
+                .is_some_and(|(active, sub, job)| super::systemd::outcome::busy(active, sub, *job)),
             Err(_) => false,
         };
         if !busy {

@@ -5,7 +5,7 @@ use super::memory_units::MemoryUnits;
 use crate::core::{Limits, Machine, Policy, Scheduler, Topology};
 use crate::daemon::service::{Daemon, Settings, State};
 use crate::daemon::store::Store;
-use crate::daemon::unit::UnitSettings;
+use crate::daemon::systemd::unit::UnitSettings;
 use std::sync::Arc;
 
 /// A daemon with its state in `dir` on a two-node, 16-CPU machine without
@@ -45,7 +45,7 @@ pub fn settings(store: &Store) -> Settings {
             script_dir: store.script_dir(),
             stop_timeout_usec: 10_000_000,
             tee_path: "/usr/bin/xlurm".into(),
-            memory_nodes: crate::daemon::unit::MemoryNodes::Fence,
+            memory_nodes: crate::daemon::systemd::unit::MemoryNodes::Fence,
             nodev_slice: None,
         },
         budget: Default::default(),

@@ -2,7 +2,7 @@
 //! [`crate::daemon::systemd::Units`]): units are a map of statuses, every call
 //! is recorded, and a test ends, loses or refuses units at will. No bus.
 
-use crate::daemon::outcome::{Collect, UnitStatus};
+use crate::daemon::systemd::outcome::{Collect, UnitStatus};
 use crate::daemon::systemd::Units;
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};

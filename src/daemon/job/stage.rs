@@ -11,7 +11,7 @@
 
 use super::{Command, Job, JobState, Outcome};
 use crate::core::Allocation;
-use crate::daemon::outcome::UnitStatus;
+use crate::daemon::systemd::outcome::UnitStatus;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 
 use super::tests_support::{job_with, some_alloc};
 use super::*;
-use crate::daemon::outcome::UnitStatus;
+use crate::daemon::systemd::outcome::UnitStatus;
 
 fn pending() -> Job {
     job_with(JobState::Pending, Outcome::default())

@@ -22,7 +22,7 @@
 //! those waiting on it look in turn.
 
 use super::*;
-use crate::daemon::outcome::Collect;
+use crate::daemon::systemd::outcome::Collect;
 use std::os::fd::OwnedFd;
 
 /// One change of the job table, by kind. (Made and taken at once: its size

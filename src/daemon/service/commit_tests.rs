@@ -4,7 +4,7 @@
 use super::*;
 use crate::core::{Limits, Machine, Policy, Request, Topology};
 use crate::daemon::job::{After, Gate, Hold};
-use crate::daemon::outcome::Collect;
+use crate::daemon::systemd::outcome::Collect;
 
 const UID: u32 = 1000;
 

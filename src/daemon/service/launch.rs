@@ -312,7 +312,7 @@ impl<U: Units> Daemon<U> {
     pub(super) async fn fail_launch(&self, id: JobId, why: LaunchError) {
         tracing::warn!(job = id, "job {id} launch failed: {why}");
         let outcome = Outcome {
-            result: crate::daemon::outcome::LAUNCH_FAILED_RESULT.into(),
+            result: crate::daemon::systemd::outcome::LAUNCH_FAILED_RESULT.into(),
             detail: why.to_string(),
             ..Default::default()
         };

@@ -4,11 +4,11 @@
 //! take the caller's uid as an argument so they can be tested without a bus.
 
 use super::job::{Brief, Command, Ended, Heard, Job, JobState, Outcome, Strings, MAX_REQUEUES};
-use super::outcome::{classify, UnitStatus};
 use super::spec::Spec;
 use super::store::{Loaded, Store};
+use super::systemd::outcome::{classify, UnitStatus};
+use super::systemd::unit::{self, RunAs, UnitSettings};
 use super::systemd::{Systemd, Units};
-use super::unit::{self, RunAs, UnitSettings};
 use crate::core::{JobId, Scheduler};
 use crate::wire::bus::transient;
 use crate::wire::error::{ApiError, ApiResult};
@@ -85,7 +85,7 @@ pub struct Daemon<U = Systemd> {
     /// The accelerator gate (`daemon::device_gate`).
     pub gate: crate::daemon::device_gate::Gate,
     /// The uids of the bus connections that called lately.
-    pub callers: crate::daemon::callers::Callers,
+    pub callers: crate::daemon::bus::callers::Callers,
     /// Set while the slice of jobs without accelerators is found open to
     /// devices and cannot be closed (`nodev_slice::keep_closed`): each such
     /// job's unit then closes itself.
@@ -94,7 +94,7 @@ pub struct Daemon<U = Systemd> {
     pub counters: Counters,
     /// Units of ended jobs, and how each is collected, once the jobs
     /// started in their place reached systemd (see `collect_ended`).
-    uncollected: std::sync::Mutex<Vec<(String, crate::daemon::outcome::Collect)>>,
+    uncollected: std::sync::Mutex<Vec<(String, crate::daemon::systemd::outcome::Collect)>>,
     /// Starts systemd lost, claimed again (in flight), for the next
     /// scheduling pass to launch (see `restart_lost`).
     relaunches: std::sync::Mutex<Vec<Job>>,

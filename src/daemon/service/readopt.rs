@@ -26,7 +26,7 @@ impl<U: Units> Daemon<U> {
                         .map(|unit| {
                             (
                                 unit.clone(),
-                                crate::daemon::outcome::Collect::for_state(None),
+                                crate::daemon::systemd::outcome::Collect::for_state(None),
                             )
                         }),
                 );

@@ -46,7 +46,7 @@ impl<U: Units> Daemon<U> {
         id: JobId,
         state: JobState,
         outcome: Outcome,
-        unit: Option<crate::daemon::outcome::Collect>,
+        unit: Option<crate::daemon::systemd::outcome::Collect>,
     ) {
         let mut st = self.state.lock().await;
         let Some(job) = st.jobs.get(&id) else {
@@ -187,8 +187,9 @@ impl<U: Units> Daemon<U> {
                 }
                 if status.finished() {
                     let (state, outcome) = classify(&status, cancelled, pty);
-                    let unit =
-                        crate::daemon::outcome::Collect::for_state(Some(&status.active_state));
+                    let unit = crate::daemon::systemd::outcome::Collect::for_state(Some(
+                        &status.active_state,
+                    ));
                     self.finalize(id, state, outcome, Some(unit)).await;
                 }
             }
@@ -365,7 +366,7 @@ impl<U: Units> Daemon<U> {
             }
             return;
         }
-        let collect = |(unit, how): (String, crate::daemon::outcome::Collect)| async move {
+        let collect = |(unit, how): (String, crate::daemon::systemd::outcome::Collect)| async move {
             self.systemd.collect(&unit, how).await;
         };
         if idle {

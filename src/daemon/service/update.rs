@@ -162,7 +162,7 @@ impl<U: Units> Daemon<U> {
         if secs > before && !(admin || uid == 0) {
             return Err(ApiError::PermissionDenied(format!(
                 "raising a running job's time limit needs the polkit authorization {} (an admin); its owner may lower it",
-                crate::daemon::api::ACTION_MANAGE
+                crate::daemon::bus::api::ACTION_MANAGE
             )));
         }
         if secs == before {

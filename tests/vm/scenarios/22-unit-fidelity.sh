@@ -34,7 +34,7 @@ want=$(printf '[%s]\n' "${args[@]}")
 got=$(cat "$dir/out.txt"); printf '%s\n' "$got"
 if [ "$got" != "$want" ]; then
     diff <(echo "$want") <(echo "$got") || true
-    fail "arguments changed on the way (src/daemon/unit.rs literal(): systemd expands \$VAR/\${VAR} in ExecStart arguments and turns \$\$ into \$; every \$ must be doubled)"
+    fail "arguments changed on the way (src/daemon/systemd/unit.rs literal(): systemd expands \$VAR/\${VAR} in ExecStart arguments and turns \$\$ into \$; every \$ must be doubled)"
 fi
 note "ok: every argument arrived literally"
 
@@ -45,7 +45,7 @@ wait_for "[ \"\$(field $rid state)\" = RUNNING ]" 60
 systemctl daemon-reload
 exec_start=$(systemctl show -P ExecStart "xlurm-job-$rid.service")
 note "ExecStart after reload: $exec_start"
-assert_contains "$exec_start" "path=/bin/sh" "ExecStart after daemon-reload (systemd 252 cannot read back ExecStartEx= from a transient unit file: src/daemon/unit.rs must send plain ExecStart)"
+assert_contains "$exec_start" "path=/bin/sh" "ExecStart after daemon-reload (systemd 252 cannot read back ExecStartEx= from a transient unit file: src/daemon/systemd/unit.rs must send plain ExecStart)"
 if journalctl -q --no-pager -b -u "xlurm-job-$rid.service" | grep -q "Unknown key"; then
     fail "systemd could not read back xlurm-job-$rid.service's transient file: $(journalctl -q --no-pager -b -u "xlurm-job-$rid.service" | grep 'Unknown key' | head -1)"
 fi

@@ -20,7 +20,7 @@ systemctl stop "xlurm-job-$id.service"
 wait_for "case \$(field $id state) in PENDING|RUNNING) false;; *) true;; esac" 60
 state=$(field "$id" state); detail=$(field "$id" detail); result=$(field "$id" result)
 note "state=$state result=$result detail=$detail"
-[ "$state" = CANCELLED ] || fail "job $id stopped by systemctl ended $state ($detail), expected CANCELLED: src/daemon/outcome.rs classify() maps Result=success + SIGTERM (ExecMainCode=2, status 15) of a unit stopped from outside to FAILED 'killed by signal 15'; service.rs reconcile() only says 'stopped outside xlurm' when the unit is already gone"
+[ "$state" = CANCELLED ] || fail "job $id stopped by systemctl ended $state ($detail), expected CANCELLED: src/daemon/systemd/outcome.rs classify() maps Result=success + SIGTERM (ExecMainCode=2, status 15) of a unit stopped from outside to FAILED 'killed by signal 15'; service/reconcile.rs reconcile() only says 'stopped outside xlurm' when the unit is already gone"
 assert_contains "$detail" "outside xlurm" "detail names the outside stop"
 check "its CPU is free again"
 rc=0; as_user alice xrun -t 30 /bin/true || rc=$?

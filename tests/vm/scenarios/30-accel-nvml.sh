@@ -119,7 +119,7 @@ unexpected_end() {
     echo "$q"
     case $q in
         *"State: CANCELLED"*"was stopped outside xlurm"*|*"State: CANCELLED"*"stopped without an exit status"*)
-            fail "job $1 ended CANCELLED instead of $2 although nothing cancelled it: xlurmd reconciled it while it was still being launched (its unit not created yet, or created with the start job still queued, ActiveState=inactive) and finalized it -- a daemon race (src/daemon/service.rs reconcile, src/daemon/outcome.rs UnitStatus::finished)" ;;
+            fail "job $1 ended CANCELLED instead of $2 although nothing cancelled it: xlurmd reconciled it while it was still being launched (its unit not created yet, or created with the start job still queued, ActiveState=inactive) and finalized it -- a daemon race (src/daemon/service/reconcile.rs, src/daemon/systemd/outcome.rs UnitStatus::finished)" ;;
     esac
 }
 # wait_state ID STATE [SECS]

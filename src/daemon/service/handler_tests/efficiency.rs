@@ -134,7 +134,7 @@ async fn polls_give_a_running_job_its_figures_idle_gpu_and_its_end_keeps_them() 
         (4, 90, Some(6 << 30))
     );
     // GetJob's dict (xqueue ID, --json) says so.
-    let m = crate::daemon::wire_job::job_dict(j, None, true);
+    let m = crate::daemon::bus::wire_job::job_dict(j, None, true);
     assert_eq!(
         f64::try_from(&*m["gpu_util_mean"]).unwrap(),
         (90.0 + 2.0 + 0.0 + 0.0) / 4.0

@@ -118,8 +118,8 @@ async fn a_user_who_ran_nothing_passes_one_who_did_and_limits_hold_only_their_ow
     // The queue shows it too, whatever the line before it with the same
     // demand says (alice's fourth, pending, waits for CPUs; her third runs).
     let filter = [entry("all_users", true)].into_iter().collect();
-    let all = crate::daemon::listing::Filter::parse(&filter).unwrap();
-    let (lines, _) = crate::daemon::listing::collect(&st, 0, &all, 1 << 20);
+    let all = crate::daemon::bus::listing::Filter::parse(&filter).unwrap();
+    let (lines, _) = crate::daemon::bus::listing::collect(&st, 0, &all, 1 << 20);
     let shown = |id: JobId| {
         lines
             .iter()

@@ -47,7 +47,7 @@ impl MemoryNodesChoice {
     pub fn resolve(self, version: &str) -> MemoryNodes {
         match self {
             MemoryNodesChoice::Is(m) => m,
-            MemoryNodesChoice::Auto => match super::systemd::major_version(version) {
+            MemoryNodesChoice::Auto => match crate::daemon::systemd::major_version(version) {
                 Some(v) if v < 255 => MemoryNodes::Local,
                 _ => MemoryNodes::Fence,
             },

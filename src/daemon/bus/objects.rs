@@ -18,11 +18,11 @@
 //! connection: zbus would start answering calls too (including the
 //! `<Property>_changed` helpers the interface macro generates).
 
-use super::api::{SchedulerApi, PATH};
-use super::in_flight::{Admitted, InFlight};
-use super::job_object::JobObject;
-use super::service::Daemon;
 use crate::core::JobId;
+use crate::daemon::bus::api::{SchedulerApi, PATH};
+use crate::daemon::bus::in_flight::{Admitted, InFlight};
+use crate::daemon::bus::job_object::JobObject;
+use crate::daemon::service::Daemon;
 use crate::wire::error::ApiError;
 use futures_util::StreamExt;
 use std::collections::HashMap;

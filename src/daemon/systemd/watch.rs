@@ -2,9 +2,9 @@
 //! [`SystemdSender`]), each turned into a verdict (`outcome::Tracker`) and
 //! handed to the daemon.
 
-use super::outcome::Verdict;
-use super::service::Daemon;
-use super::systemd::{SystemdSender, SYSTEMD_NAME};
+use crate::daemon::service::Daemon;
+use crate::daemon::systemd::outcome::Verdict;
+use crate::daemon::systemd::{SystemdSender, SYSTEMD_NAME};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ pub async fn spawn_unit_watcher(
         tracing::warn!("{SYSTEMD_NAME} has no owner on the bus: unit signals wait for one");
     }
     Some(tokio::spawn(async move {
-        let mut tracker = super::outcome::Tracker::default();
+        let mut tracker = crate::daemon::systemd::outcome::Tracker::default();
         let mut forged = Forged::default();
         loop {
             let msg = tokio::select! {
@@ -70,7 +70,7 @@ pub async fn spawn_unit_watcher(
                             if systemd.on_owner_changed(&m) {
                                 tracing::info!("systemd's bus name is now owned by {:?}", systemd.owner());
                                 // Units followed so far are read afresh when they end.
-                                tracker = super::outcome::Tracker::default();
+                                tracker = crate::daemon::systemd::outcome::Tracker::default();
                             }
                         }
                         Some(Err(_)) => {}
@@ -89,7 +89,7 @@ pub async fn spawn_unit_watcher(
                 forged.seen(&msg);
                 continue;
             }
-            let Some((id, signal)) = super::systemd::job_signal(&msg) else {
+            let Some((id, signal)) = crate::daemon::systemd::job_signal(&msg) else {
                 continue;
             };
             let d = d.clone();

@@ -1,8 +1,8 @@
 //! The slice of jobs that use no accelerator, closed to devices once for
 //! all of them (see [`nodev_slice`]).
 
-use super::service::Daemon;
-use super::systemd::Systemd;
+use crate::daemon::service::Daemon;
+use crate::daemon::systemd::Systemd;
 use std::sync::atomic::Ordering;
 use zbus::Variant;
 
@@ -180,7 +180,7 @@ async fn close_running(d: &Daemon) {
         let st = d.state.lock().await;
         st.jobs
             .values()
-            .filter(|j| j.state() == super::job::JobState::Running)
+            .filter(|j| j.state() == crate::daemon::job::JobState::Running)
             .filter(|j| j.alloc().is_none_or(|a| a.devices.is_empty()))
             .map(|j| j.unit())
             .collect()

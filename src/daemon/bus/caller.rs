@@ -2,10 +2,10 @@
 //! bus names it, polkit's answer, and the `--output` descriptor a
 //! submission carries (the methods themselves are in `api.rs`).
 
-use super::api::{Dict, SchedulerApi, ACTION_MANAGE};
-use super::listing;
-use super::service::owns;
-use super::spec;
+use crate::daemon::bus::api::{Dict, SchedulerApi, ACTION_MANAGE};
+use crate::daemon::bus::listing;
+use crate::daemon::service::owns;
+use crate::daemon::spec;
 use crate::wire::error::{ApiError, ApiResult};
 use std::collections::HashMap;
 use zbus::message::Header;

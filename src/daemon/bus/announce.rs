@@ -1,12 +1,12 @@
 //! What the bus hears of each job's changes: one task takes the daemon's
-//! change queue ([`ChangeQueue`](super::service::ChangeQueue)) in order and
+//! change queue ([`ChangeQueue`](crate::daemon::service::ChangeQueue)) in order and
 //! sends each change (the job's object, `JobStateChanged`), then counts it
 //! sent, which a stopping daemon waits for.
 
-use super::api::{SchedulerApi, PATH};
-use super::audience::Audience;
-use super::service::{Change, Daemon};
 use crate::core::JobId;
+use crate::daemon::bus::api::{SchedulerApi, PATH};
+use crate::daemon::bus::audience::Audience;
+use crate::daemon::service::{Change, Daemon};
 use std::sync::Arc;
 
 /// Starts the task that sends `changes` as they come, until the queue closes.
@@ -40,18 +40,18 @@ async fn announce(
         Change::State(state) => state,
         Change::Invocation => {
             if publish {
-                super::job_object::invocation_known(conn, d, id).await;
+                crate::daemon::bus::job_object::invocation_known(conn, d, id).await;
             }
             return;
         }
         Change::Usage => {
             if publish {
-                super::job_object::usage_changed(conn, d, id).await;
+                crate::daemon::bus::job_object::usage_changed(conn, d, id).await;
             }
             return;
         }
     };
-    super::job_object::on_change(conn, d, id, state, publish).await;
+    crate::daemon::bus::job_object::on_change(conn, d, id, state, publish).await;
     let Ok(em) = zbus::object_server::SignalEmitter::new(conn, PATH) else {
         return;
     };

@@ -9,9 +9,9 @@
 //! output), so they are readable by everyone like the queue itself. On a
 //! private queue jobs have no objects at all (see `audience`).
 
-use super::job::{Job, JobState};
-use super::service::Daemon;
 use crate::core::JobId;
+use crate::daemon::job::{Job, JobState};
+use crate::daemon::service::Daemon;
 use crate::wire::error::ApiError;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use zbus::{Connection, Variant};
 pub const OBJECT_LINGER: Duration = Duration::from_secs(600);
 
 pub fn job_path(id: JobId) -> String {
-    format!("{}/job/{id}", super::api::PATH)
+    format!("{}/job/{id}", crate::daemon::bus::api::PATH)
 }
 
 pub struct JobObject {
@@ -35,7 +35,7 @@ impl JobObject {
     async fn queued_estimate(&self) -> Option<(u64, String)> {
         let st = self.daemon.state.lock().await;
         let now = crate::wire::time::now_usec() / 1_000_000;
-        super::fairness::estimate(&st.sched, self.id, now)
+        crate::daemon::fairness::estimate(&st.sched, self.id, now)
     }
 
     async fn with<T>(&self, f: impl FnOnce(&Job) -> T, default: T) -> T {
@@ -60,7 +60,7 @@ impl JobObject {
                 ApiError::PermissionDenied(format!("cannot identify the caller: {e}"))
             })?;
         let owner = self.with(|j| j.uid, uid).await;
-        if !super::service::owns(uid, owner) {
+        if !crate::daemon::service::owns(uid, owner) {
             return Err(ApiError::PermissionDenied(format!(
                 "job {} is not yours; admins cancel it through org.xlurm.Scheduler1.Cancel",
                 self.id
@@ -264,7 +264,7 @@ fn allocated(j: &Job) -> String {
 }
 
 /// A property of how the job ended (its default while it has not).
-fn outcome<T: Default>(j: &Job, f: impl FnOnce(&super::job::Outcome) -> T) -> T {
+fn outcome<T: Default>(j: &Job, f: impl FnOnce(&crate::daemon::job::Outcome) -> T) -> T {
     j.outcome().map(f).unwrap_or_default()
 }
 
@@ -389,7 +389,12 @@ async fn emit_changed(
     invalidated: &[&str],
 ) {
     if let Ok(emitter) = zbus::object_server::SignalEmitter::new(conn, job_path(id)) {
-        super::objects::properties_changed(&emitter, super::objects::JOB1, changed, invalidated)
-            .await;
+        crate::daemon::bus::objects::properties_changed(
+            &emitter,
+            crate::daemon::bus::objects::JOB1,
+            changed,
+            invalidated,
+        )
+        .await;
     }
 }

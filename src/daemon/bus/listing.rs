@@ -11,9 +11,9 @@
 //! from the daemon's records and decoded into borrowed [`Line`]s, so listing
 //! 100,000 jobs takes tens of milliseconds, not hundreds.
 
-use super::job::{Brief, Gate, Job, JobState};
-use super::service::{Found, State};
 use crate::core::{Demand, JobId};
+use crate::daemon::job::{Brief, Gate, Job, JobState};
+use crate::daemon::service::{Found, State};
 use crate::wire::error::ApiError;
 use crate::wire::queue::{JobSummary, Line};
 use std::borrow::Cow;

@@ -3,7 +3,7 @@
 //! systemd's `ActiveState`/`SubState`/`Result`/`ExecMain*` are kept raw in
 //! [`UnitStatus`] and interpreted only here.
 
-use super::job::{JobState, Outcome};
+use crate::daemon::job::{JobState, Outcome};
 
 /// The unit properties xlurm reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -3,7 +3,13 @@
 //! Small explicit calls: start a transient unit, stop it, read its status,
 //! list job units, and reset a failed one after its result was recorded.
 
-use super::outcome::{Collect, UnitSignal, UnitStatus};
+pub mod memory_nodes;
+pub mod nodev_slice;
+pub mod outcome;
+pub mod unit;
+pub mod watch;
+
+use self::outcome::{Collect, UnitSignal, UnitStatus};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
@@ -75,7 +81,7 @@ pub struct Systemd {
     /// The cgroup directory of the slice jobs run in (see `memory_peak_now`).
     job_cgroups: Option<std::path::PathBuf>,
     /// The cgroup directory of the nodev slice below it (jobs without
-    /// accelerators: `daemon::nodev_slice`).
+    /// accelerators: `daemon::systemd::nodev_slice`).
     nodev_cgroups: Option<std::path::PathBuf>,
     /// Whether units have `MemoryPeak` (systemd 256 and later): if not, it
     /// is not asked for (one call fewer per job).
@@ -395,7 +401,7 @@ impl Systemd {
     pub fn with_job_cgroups(mut self, dir: Option<std::path::PathBuf>) -> Systemd {
         self.nodev_cgroups = dir.as_ref().and_then(|d| {
             let slice = d.file_name()?.to_string_lossy();
-            Some(d.join(crate::daemon::nodev_slice::nodev_slice(&slice)?))
+            Some(d.join(crate::daemon::systemd::nodev_slice::nodev_slice(&slice)?))
         });
         self.job_cgroups = dir;
         self
@@ -559,7 +565,7 @@ impl Units for Systemd {
     /// processes are gone, and only systemd 256 and later keep the figure as
     /// `MemoryPeak`). `None` if it cannot be read.
     /// A job without accelerators runs in the nodev slice below the job
-    /// slice (`daemon::nodev_slice`), the others in the job slice itself.
+    /// slice (`daemon::systemd::nodev_slice`), the others in the job slice itself.
     fn memory_peak_now(&self, unit: &str) -> Option<u64> {
         let dir = self.job_cgroups.as_ref()?;
         self.nodev_cgroups
@@ -663,5 +669,4 @@ impl Units for Systemd {
 }
 
 #[cfg(test)]
-#[path = "systemd_tests.rs"]
 mod tests;

@@ -4,12 +4,12 @@
 //! systemd.resource-control(5), systemd.exec(5) and systemd.service(5), and
 //! `../shared/notes/systemd.md` for the D-Bus types.
 
-use super::job::Job;
-use super::job_env::environment;
-use super::memory_nodes::MPOL_LOCAL;
-pub use super::memory_nodes::{MemoryNodes, MemoryNodesChoice};
-pub use super::nodev_slice::{nodev_slice, nodev_slice_properties};
 use crate::core::JobId;
+use crate::daemon::job::Job;
+use crate::daemon::job_env::environment;
+use crate::daemon::systemd::memory_nodes::MPOL_LOCAL;
+pub use crate::daemon::systemd::memory_nodes::{MemoryNodes, MemoryNodesChoice};
+pub use crate::daemon::systemd::nodev_slice::{nodev_slice, nodev_slice_properties};
 use zbus::Variant;
 
 /// Who the job runs as, resolved at start. Given to systemd by number:

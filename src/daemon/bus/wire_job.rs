@@ -1,7 +1,7 @@
 //! A job as it crosses the bus: the `a{sv}` of `GetJob` and the keys the
 //! CLI's `xqueue ID` and `--json` read (documented in `dbus/`).
 
-use super::job::Job;
+use crate::daemon::job::Job;
 use zbus::{OwnedVariant, Variant};
 
 pub type Dict = std::collections::HashMap<String, OwnedVariant>;

@@ -9,8 +9,10 @@
 //! with a double) it runs that program with `--output=json` (one JSON object
 //! per entry: structured, not text scraping).
 
-use super::sd_journal::{self, Journal};
+pub mod sd_journal;
+
 use anyhow::{Context, Result};
+use sd_journal::Journal;
 
 /// The program name that means "the system's journalctl" (and allows reading
 /// in-process instead).

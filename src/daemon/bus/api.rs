@@ -4,14 +4,14 @@
 //! never by anything they send. Admin actions go through polkit with the
 //! caller's unique bus name as subject.
 
-use super::api_caller::{take_output, take_pty};
-use super::audience::Audience;
-use super::job::{Hold, JobState};
-use super::listing;
-use super::service::{no_such_job, owns, Daemon, Sight};
-use super::spec;
-pub(crate) use super::wire_job::{job_dict, put};
 use crate::core::{Policy, Vendor};
+use crate::daemon::bus::audience::Audience;
+use crate::daemon::bus::caller::{take_output, take_pty};
+use crate::daemon::bus::listing;
+pub(crate) use crate::daemon::bus::wire_job::{job_dict, put};
+use crate::daemon::job::{Hold, JobState};
+use crate::daemon::service::{no_such_job, owns, Daemon, Sight};
+use crate::daemon::spec;
 use crate::wire::error::ApiError;
 use crate::wire::queue::JobSummary;
 use std::collections::HashMap;
@@ -38,7 +38,13 @@ pub struct SchedulerApi {
 /// PropertiesChanged for one property of Scheduler1.
 async fn announce(em: &SignalEmitter<'_>, name: &str, value: zbus::Variant<'_>) {
     let changed = HashMap::from([(name, value)]);
-    super::objects::properties_changed(em, super::objects::SCHEDULER1, changed, &[]).await;
+    crate::daemon::bus::objects::properties_changed(
+        em,
+        crate::daemon::bus::objects::SCHEDULER1,
+        changed,
+        &[],
+    )
+    .await;
 }
 
 fn wire_now() -> u64 {
@@ -243,7 +249,7 @@ impl SchedulerApi {
             self.listen(&hdr, id);
         }
         let mut m = job_dict(&job, reason, own);
-        super::fairness::put_schedule(&mut m, &job, &st.sched);
+        crate::daemon::fairness::put_schedule(&mut m, &job, &st.sched);
         Ok(m)
     }
 
@@ -271,7 +277,7 @@ impl SchedulerApi {
             .filter(|r| public || r.uid == uid)
             .collect();
         // Names come from NSS, which may block: off the event loop.
-        tokio::task::spawn_blocking(move || super::fairness::shares(rows))
+        tokio::task::spawn_blocking(move || crate::daemon::fairness::shares(rows))
             .await
             .map_err(|e| ApiError::Failed(e.to_string()))
     }
@@ -290,7 +296,7 @@ impl SchedulerApi {
         options: HashMap<String, zbus::OwnedVariant>,
     ) -> Result<Vec<Dict>, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
-        let ask = super::accounting::parse_usage(&options, uid, wire_now())?;
+        let ask = crate::daemon::accounting::parse_usage(&options, uid, wire_now())?;
         if ask.all_users && uid != 0 && !self.authorized(conn, &hdr, uid).await? {
             return Err(ApiError::PermissionDenied(format!(
                 "a report of every user's jobs needs the polkit authorization {} (root, or a group granted it by an admin rule); without all_users you get your own",
@@ -309,7 +315,7 @@ impl SchedulerApi {
             }
         };
         // File reads and NSS lookups: off the event loop.
-        tokio::task::spawn_blocking(move || super::accounting::usage_report(dir, &ask))
+        tokio::task::spawn_blocking(move || crate::daemon::accounting::usage_report(dir, &ask))
             .await
             .map_err(|e| ApiError::Failed(e.to_string()))?
     }
@@ -321,7 +327,7 @@ impl SchedulerApi {
         let limits = self.daemon.state.lock().await.sched.user_limits().clone();
         // Names come from NSS, which may block: off the event loop.
         tokio::task::spawn_blocking(move || {
-            super::fairness::render_user_limits(&limits, &super::fairness::Nss)
+            crate::daemon::fairness::render_user_limits(&limits, &crate::daemon::fairness::Nss)
         })
         .await
         .map_err(|e| ApiError::Failed(e.to_string()))
@@ -343,13 +349,13 @@ impl SchedulerApi {
             .await?;
         let text = limits.to_string();
         let limits = tokio::task::spawn_blocking(move || {
-            super::fairness::parse_user_limits(&text, &super::fairness::Nss)
+            crate::daemon::fairness::parse_user_limits(&text, &crate::daemon::fairness::Nss)
         })
         .await
         .map_err(|e| ApiError::Failed(e.to_string()))?
         .map_err(ApiError::InvalidArgs)?;
         let mut st = self.daemon.state.lock().await;
-        super::fairness::save_user_limits(st.store.dir(), &limits)
+        crate::daemon::fairness::save_user_limits(st.store.dir(), &limits)
             .map_err(|e| ApiError::Failed(format!("keeping the limits: {e:#}")))?;
         st.sched.set_user_limits(limits);
         drop(st);
@@ -535,7 +541,7 @@ impl SchedulerApi {
         put(
             &mut out,
             "limits",
-            super::fairness::standing(&st.sched.standing(owner)),
+            crate::daemon::fairness::standing(&st.sched.standing(owner)),
         );
         Ok(out)
     }
@@ -613,7 +619,7 @@ impl SchedulerApi {
             .await
             .map_err(|e| ApiError::Failed(e.to_string()))?;
         let dir = self.daemon.state.lock().await.store.dir().to_path_buf();
-        let kept = super::device_gate::save(&dir, on);
+        let kept = crate::daemon::device_gate::save(&dir, on);
         announce(&em, "Gate", self.daemon.gate.is_on().into()).await;
         kept.map_err(|e| {
             ApiError::Failed(format!(
