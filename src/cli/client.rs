@@ -1,10 +1,9 @@
 //! The client side of org.xlurm.Scheduler1, with errors that say how to fix them.
 
 use anyhow::{anyhow, Result};
-use std::collections::HashMap;
 use zbus::OwnedVariant;
 
-pub type Dict = HashMap<String, OwnedVariant>;
+pub use crate::wire::dict::Dict;
 
 #[zbus::proxy(
     interface = "org.xlurm.Scheduler1",

@@ -246,11 +246,11 @@ pub fn usage_rows(
     rows: &[crate::core::accounting::Row],
     period: crate::core::accounting::Period,
     name: impl Fn(u32) -> String,
-) -> Vec<super::bus::wire_job::Dict> {
-    use super::bus::wire_job::put;
+) -> Vec<crate::wire::dict::Dict> {
+    use crate::wire::dict::put;
     rows.iter()
         .map(|r| {
-            let mut m = super::bus::wire_job::Dict::new();
+            let mut m = crate::wire::dict::Dict::new();
             put(
                 &mut m,
                 "period",
@@ -289,7 +289,7 @@ pub fn usage_rows(
 pub fn usage_report(
     dir: PathBuf,
     ask: &UsageAsk,
-) -> Result<Vec<super::bus::wire_job::Dict>, crate::wire::error::ApiError> {
+) -> Result<Vec<crate::wire::dict::Dict>, crate::wire::error::ApiError> {
     use crate::wire::error::ApiError;
     let records = Ledger::at(dir)
         .read(ask.query.since, ask.query.until)

@@ -224,11 +224,11 @@ pub fn save_usage(state_dir: &Path, ledger: &crate::core::fairshare::UsageLedger
 /// parts (`fairshare`, `age`), `nice`, and `estimated_start` (seconds since
 /// the epoch, 0 when it cannot be bounded) with `estimate` saying why.
 pub fn put_schedule(
-    m: &mut super::bus::api::Dict,
+    m: &mut crate::wire::dict::Dict,
     job: &super::job::Job,
     sched: &crate::core::Scheduler,
 ) {
-    use super::bus::api::put;
+    use crate::wire::dict::put;
     put(m, "nice", job.nice);
     let now = crate::wire::time::now_usec() / 1_000_000;
     if let Some(p) = sched.priority(job.id, now) {
@@ -269,11 +269,11 @@ fn explained(e: crate::core::estimate::Estimate) -> (u64, String) {
 }
 
 /// `GetShares`: one a{sv} per user of `rows`, named.
-pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<super::bus::api::Dict> {
-    use super::bus::api::put;
+pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<crate::wire::dict::Dict> {
+    use crate::wire::dict::put;
     rows.into_iter()
         .map(|r| {
-            let mut m = super::bus::api::Dict::new();
+            let mut m = crate::wire::dict::Dict::new();
             put(&mut m, "uid", r.uid);
             put(&mut m, "user", super::service::user_name(r.uid).0);
             put(&mut m, "shares", r.raw_shares);
@@ -289,13 +289,13 @@ pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<super::bus::ap
 /// `GetMachine`'s `limits`: one a{sv} per limit that holds for the caller:
 /// `resource` (as reasons name it), `used`, `limit`, `scope` (`user`,
 /// `group`, `default`) and `text` (the line `xinfo` prints).
-pub fn standing(limits: &[crate::core::Standing]) -> Vec<super::bus::api::Dict> {
-    use super::bus::api::put;
+pub fn standing(limits: &[crate::core::Standing]) -> Vec<crate::wire::dict::Dict> {
     use crate::core::Scope;
+    use crate::wire::dict::put;
     limits
         .iter()
         .map(|l| {
-            let mut m = super::bus::api::Dict::new();
+            let mut m = crate::wire::dict::Dict::new();
             put(&mut m, "resource", l.label());
             put(&mut m, "used", l.used);
             put(&mut m, "limit", l.limit);

@@ -7,8 +7,10 @@
 //! - `error`: the D-Bus errors of org.xlurm.Scheduler1, by name.
 //! - `bus`: which bus errors mean the other side was briefly away.
 //! - `time`: the clock, in the bus's unit (microseconds since the epoch).
+//! - `dict`: the `a{sv}` both sides build and read (`Dict`, `put`).
 
 pub mod bus;
+pub mod dict;
 pub mod error;
 pub mod pty;
 pub mod queue;

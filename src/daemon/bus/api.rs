@@ -1,4 +1,4 @@
-//! org.xlurm.Scheduler1: thin D-Bus wrappers over `service.rs`.
+//! org.xlurm.Scheduler1: thin D-Bus wrappers over `service`, one call each.
 //!
 //! Callers are identified by the bus (`GetConnectionUnixUser` of the sender),
 //! never by anything they send. Admin actions go through polkit with the
@@ -7,25 +7,24 @@
 use crate::core::{Policy, Vendor};
 use crate::daemon::bus::audience::Audience;
 use crate::daemon::bus::caller::{take_output, take_pty};
-use crate::daemon::bus::listing;
-pub(crate) use crate::daemon::bus::wire_job::{job_dict, put};
-use crate::daemon::job::{Hold, JobState};
-use crate::daemon::service::{no_such_job, owns, Daemon, Sight};
+use crate::daemon::job::Hold;
+use crate::daemon::service::Daemon;
 use crate::daemon::spec;
+use crate::wire::dict::put;
 use crate::wire::error::ApiError;
 use crate::wire::queue::JobSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, OwnedVariant};
+use zbus::Connection;
 
 pub const BUS_NAME: &str = "org.xlurm.Scheduler1";
 pub const PATH: &str = "/org/xlurm/Scheduler1";
 /// The polkit action of every admin method.
 pub const ACTION_MANAGE: &str = "org.xlurm.scheduler.manage";
 
-pub type Dict = HashMap<String, OwnedVariant>;
+pub use crate::wire::dict::Dict;
 
 pub struct SchedulerApi {
     pub daemon: Arc<Daemon>,
@@ -208,15 +207,11 @@ impl SchedulerApi {
         let changes = spec::parse_changes(&changes).map_err(|e| ApiError::InvalidArgs(e.0))?;
         // Raising a running job's time limit, or any job's priority (a
         // negative nice), needs polkit, even for its owner.
-        let raising = changes.nice.is_some_and(|n| n < 0) || {
-            let st = self.daemon.state.lock().await;
-            st.jobs.get(&id).is_some_and(|j| {
-                j.state() == JobState::Running
-                    && changes
-                        .time_limit_secs
-                        .is_some_and(|t| t > j.demand.time_limit_secs)
-            })
-        };
+        let raising = changes.nice.is_some_and(|n| n < 0)
+            || self
+                .daemon
+                .raises_time_limit(id, changes.time_limit_secs)
+                .await;
         let admin = if raising && uid != 0 {
             self.authorized(conn, &hdr, uid).await?
         } else {
@@ -235,22 +230,11 @@ impl SchedulerApi {
     ) -> Result<Dict, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
         let admin = self.admin_for(conn, &hdr, uid, id, false).await?;
-        let st = self.daemon.state.lock().await;
-        let own = self.daemon.sight_of(&st, uid, id, admin)? == Sight::Own;
-        let job = st
-            .full(id)
-            .map_err(|e| ApiError::Failed(format!("reading job {id}'s record: {e:#}")))?
-            .ok_or_else(|| no_such_job(id))?;
-        let reason = st
-            .reason(id)
-            .map(|r| r.to_string())
-            .or_else(|| job.flag().map(str::to_string));
-        if own && !job.state().is_final() {
+        let (job, listens) = self.daemon.job_reply(uid, id, admin).await?;
+        if listens {
             self.listen(&hdr, id);
         }
-        let mut m = job_dict(&job, reason, own);
-        crate::daemon::fairness::put_schedule(&mut m, &job, &st.sched);
-        Ok(m)
+        Ok(job)
     }
 
     /// Fair share per user with usage or jobs (as `sshare`): `uid`, `user`,
@@ -264,18 +248,7 @@ impl SchedulerApi {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<Dict>, ApiError> {
         let uid = self.caller(conn, &hdr).await?;
-        let public = self.daemon.settings.list_is_public || uid == 0;
-        let rows = self
-            .daemon
-            .state
-            .lock()
-            .await
-            .sched
-            .share_report(wire_now());
-        let rows: Vec<_> = rows
-            .into_iter()
-            .filter(|r| public || r.uid == uid)
-            .collect();
+        let rows = self.daemon.share_rows(uid, wire_now()).await;
         // Names come from NSS, which may block: off the event loop.
         tokio::task::spawn_blocking(move || crate::daemon::fairness::shares(rows))
             .await
@@ -303,17 +276,7 @@ impl SchedulerApi {
                 ACTION_MANAGE
             )));
         }
-        let dir = {
-            let st = self.daemon.state.lock().await;
-            match &st.ledger {
-                Some(l) => l.dir().to_path_buf(),
-                None => {
-                    return Err(ApiError::Failed(
-                        "the accounting log is off (see xlurmd's journal)".into(),
-                    ))
-                }
-            }
-        };
+        let dir = self.daemon.accounting_dir().await?;
         // File reads and NSS lookups: off the event loop.
         tokio::task::spawn_blocking(move || crate::daemon::accounting::usage_report(dir, &ask))
             .await
@@ -324,7 +287,7 @@ impl SchedulerApi {
     /// guide): users and groups by name where the system knows them.
     #[zbus(out_args("limits"))]
     async fn get_user_limits(&self) -> Result<String, ApiError> {
-        let limits = self.daemon.state.lock().await.sched.user_limits().clone();
+        let limits = self.daemon.user_limits().await;
         // Names come from NSS, which may block: off the event loop.
         tokio::task::spawn_blocking(move || {
             crate::daemon::fairness::render_user_limits(&limits, &crate::daemon::fairness::Nss)
@@ -354,13 +317,7 @@ impl SchedulerApi {
         .await
         .map_err(|e| ApiError::Failed(e.to_string()))?
         .map_err(ApiError::InvalidArgs)?;
-        let mut st = self.daemon.state.lock().await;
-        crate::daemon::fairness::save_user_limits(st.store.dir(), &limits)
-            .map_err(|e| ApiError::Failed(format!("keeping the limits: {e:#}")))?;
-        st.sched.set_user_limits(limits);
-        drop(st);
-        self.daemon.kick.notify_one();
-        Ok(())
+        self.daemon.set_user_limits(limits).await
     }
 
     /// Jobs, oldest first, at most 8 MiB of them: `more` says that older
@@ -375,8 +332,7 @@ impl SchedulerApi {
         filter: Dict,
     ) -> Result<(Vec<JobSummary>, bool), ApiError> {
         let (uid, f) = self.list_filter(conn, &hdr, &filter).await?;
-        let st = self.daemon.state.lock().await;
-        Ok(listing::collect(&st, uid, &f, listing::PAGE_BYTES))
+        Ok(self.daemon.list_page(uid, &f).await)
     }
 
     /// Every job `ListJobs` would list with this filter, without a page
@@ -390,10 +346,7 @@ impl SchedulerApi {
         filter: Dict,
     ) -> Result<zbus::OwnedFd, ApiError> {
         let (uid, f) = self.list_filter(conn, &hdr, &filter).await?;
-        let st = self.daemon.state.lock().await;
-        let fd = listing::to_memfd(|file| listing::encode(&st, uid, &f, file))
-            .map_err(|e| ApiError::Failed(format!("{e:#}")))?;
-        Ok(fd.into())
+        Ok(self.daemon.list_memfd(uid, &f).await?.into())
     }
 
     /// Up to `max_lines` lines of a job's output after `cursor` ("" = from the start),
@@ -440,110 +393,7 @@ impl SchedulerApi {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Dict, ApiError> {
         let caller = self.caller(conn, &hdr).await?;
-        // On a private queue a device's holder is shown to the job's owner only.
-        let viewer = match self.daemon.settings.list_is_public {
-            true => None,
-            false => Some(caller),
-        };
-        // The caller's primary group, for group limits (NSS: off the event loop).
-        let gid = self.daemon.submitter(caller).await.1;
-        let st = self.daemon.state.lock().await;
-        let shown = |id: &u64| match viewer {
-            None => true,
-            Some(uid) => st.find(*id).is_some_and(|j| owns(uid, j.uid())),
-        };
-        let m = st.sched.machine();
-        let free = st.sched.free();
-        let nodes: Vec<Dict> = m
-            .topology
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let mut d = Dict::new();
-                put(&mut d, "id", n.id);
-                put(&mut d, "cpus", n.cpus.to_list());
-                put(
-                    &mut d,
-                    "cpus_free",
-                    free.cpus.intersection(&n.cpus).to_list(),
-                );
-                put(&mut d, "mem", n.mem_bytes);
-                put(&mut d, "mem_free", free.mem.get(i).copied().unwrap_or(0));
-                d
-            })
-            .collect();
-        let devices: Vec<Dict> = m
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(slot, dev)| {
-                let mut d = Dict::new();
-                put(&mut d, "vendor", dev.vendor.short());
-                put(&mut d, "index", dev.index);
-                put(&mut d, "uuid", dev.uuid.clone());
-                put(&mut d, "numa_node", dev.numa_node.map_or(-1, |n| n as i32));
-                put(&mut d, "disabled", dev.disabled);
-                let (health, err) = match &dev.health {
-                    crate::core::Health::Ok => ("ok".to_string(), String::new()),
-                    crate::core::Health::Busy { processes } => {
-                        ("busy".to_string(), format!("{processes} outside processes"))
-                    }
-                    crate::core::Health::Unknown { error } => {
-                        ("unknown".to_string(), error.clone())
-                    }
-                    crate::core::Health::Unhealthy { error } => {
-                        ("unhealthy".to_string(), error.clone())
-                    }
-                };
-                put(&mut d, "health", health);
-                put(&mut d, "monitoring_error", err);
-                if let Some(u) = dev.load.util_pct {
-                    put(&mut d, "util_pct", u32::from(u));
-                }
-                if let (Some(used), Some(total)) = (dev.load.mem_used, dev.load.mem_total) {
-                    put(&mut d, "mem_used", used);
-                    put(&mut d, "mem_total", total);
-                }
-                put(
-                    &mut d,
-                    "job",
-                    st.sched.holder(slot).filter(shown).unwrap_or(0),
-                );
-                d
-            })
-            .collect();
-        let mut out = Dict::new();
-        put(&mut out, "nodes", nodes);
-        put(&mut out, "devices", devices);
-        put(&mut out, "policy", st.sched.policy().name());
-        put(&mut out, "max_running", st.sched.limits().max_running);
-        put(
-            &mut out,
-            "max_lifetime",
-            st.sched.limits().max_lifetime_secs,
-        );
-        put(&mut out, "min_job_mem", st.sched.limits().min_job_mem);
-        for (key, n) in self.daemon.counters.read() {
-            put(&mut out, key, n);
-        }
-        let (pending, running) = st.counts();
-        put(&mut out, "pending", pending as u32);
-        put(&mut out, "running", running as u32);
-        let w = st.sched.usage_weights();
-        let mut weights = Dict::new();
-        put(&mut weights, "cpu", w.cpu);
-        put(&mut weights, "gpu", w.gpu);
-        put(&mut weights, "mem_gib", w.mem_gib);
-        put(&mut out, "usage_weights", weights);
-        put(&mut out, "gate", self.daemon.gate.is_on());
-        let owner = crate::core::Owner { uid: caller, gid };
-        put(
-            &mut out,
-            "limits",
-            crate::daemon::fairness::standing(&st.sched.standing(owner)),
-        );
-        Ok(out)
+        Ok(self.daemon.machine(caller).await)
     }
 
     /// Changes the scheduling policy live (admin).
@@ -561,10 +411,8 @@ impl SchedulerApi {
             })?;
         self.require_admin(conn, &hdr, "changing the policy")
             .await?;
-        self.daemon.state.lock().await.sched.set_policy(p);
-        tracing::info!("policy set to {p}");
+        self.daemon.set_policy(p).await;
         announce(&em, "Policy", p.name().into()).await;
-        self.daemon.kick.notify_one();
         Ok(())
     }
 
@@ -583,14 +431,8 @@ impl SchedulerApi {
         }
         self.require_admin(conn, &hdr, "changing max-running")
             .await?;
-        {
-            let mut st = self.daemon.state.lock().await;
-            let mut limits = st.sched.limits().clone();
-            limits.max_running = max_running;
-            st.sched.set_limits(limits);
-        }
+        self.daemon.set_max_running(max_running).await;
         announce(&em, "MaxRunning", max_running.into()).await;
-        self.daemon.kick.notify_one();
         Ok(())
     }
 
@@ -618,7 +460,7 @@ impl SchedulerApi {
             .turn(&self.daemon.systemd, &self.daemon.accel, on, false)
             .await
             .map_err(|e| ApiError::Failed(e.to_string()))?;
-        let dir = self.daemon.state.lock().await.store.dir().to_path_buf();
+        let dir = self.daemon.state_dir().await;
         let kept = crate::daemon::device_gate::save(&dir, on);
         announce(&em, "Gate", self.daemon.gate.is_on().into()).await;
         kept.map_err(|e| {
@@ -649,15 +491,7 @@ impl SchedulerApi {
         }
         self.require_admin(conn, &hdr, "excluding or including devices")
             .await?;
-        self.daemon
-            .state
-            .lock()
-            .await
-            .sched
-            .set_disabled(v, &ids, disabled)
-            .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
-        self.daemon.kick.notify_one();
-        Ok(())
+        self.daemon.set_devices_disabled(v, &ids, disabled).await
     }
 
     /// Emitted when a job enters a new state: broadcast on a public queue; on
@@ -680,19 +514,12 @@ impl SchedulerApi {
 
     #[zbus(property)]
     async fn policy(&self) -> String {
-        self.daemon
-            .state
-            .lock()
-            .await
-            .sched
-            .policy()
-            .name()
-            .to_string()
+        self.daemon.policy().await.name().to_string()
     }
 
     #[zbus(property)]
     async fn max_running(&self) -> u32 {
-        self.daemon.state.lock().await.sched.limits().max_running
+        self.daemon.max_running().await
     }
 
     /// Whether the accelerator gate is on (`SetGate`).

@@ -11,7 +11,22 @@ use std::collections::HashMap;
 use zbus::message::Header;
 use zbus::{Connection, Variant};
 
-/// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
+/// The uid of the connection that sent `hdr`'s call, as the bus tells it
+/// (every object's methods ask it here).
+pub async fn caller_uid(
+    callers: &crate::daemon::bus::callers::Callers,
+    conn: &Connection,
+    hdr: &Header<'_>,
+) -> ApiResult<u32> {
+    let sender = hdr
+        .sender()
+        .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
+    callers
+        .uid(conn, sender)
+        .await
+        .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
+}
+
 /// Takes `pty_fd` (h, `xrun --pty`'s terminal) out of `spec`, checked to be
 /// a pseudo-terminal peer that `uid` owns.
 pub(super) fn take_pty(
@@ -38,6 +53,7 @@ pub(super) fn take_pty(
     Ok(Some(owned))
 }
 
+/// Takes `output_fd` (h) and `output_path` (s) out of a Submit spec.
 pub(super) fn take_output(
     spec: &mut Dict,
 ) -> Result<Option<(std::os::fd::OwnedFd, String)>, ApiError> {
@@ -81,17 +97,10 @@ pub(super) fn take_output(
 
 impl SchedulerApi {
     pub(super) async fn caller(&self, conn: &Connection, hdr: &Header<'_>) -> ApiResult<u32> {
-        if let Some(uid) = self.fixed_uid {
-            return Ok(uid);
+        match self.fixed_uid {
+            Some(uid) => Ok(uid),
+            None => caller_uid(&self.daemon.callers, conn, hdr).await,
         }
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
-        self.daemon
-            .callers
-            .uid(conn, sender)
-            .await
-            .map_err(|e| ApiError::PermissionDenied(format!("cannot identify the caller: {e}")))
     }
 
     /// Whether the caller acts as an admin (polkit) on job `id`: asked only

@@ -52,13 +52,7 @@ impl JobObject {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
-        let sender = hdr
-            .sender()
-            .ok_or_else(|| ApiError::PermissionDenied("the call has no sender".into()))?;
-        let uid =
-            self.daemon.callers.uid(conn, sender).await.map_err(|e| {
-                ApiError::PermissionDenied(format!("cannot identify the caller: {e}"))
-            })?;
+        let uid = crate::daemon::bus::caller::caller_uid(&self.daemon.callers, conn, &hdr).await?;
         let owner = self.with(|j| j.uid, uid).await;
         if !crate::daemon::service::owns(uid, owner) {
             return Err(ApiError::PermissionDenied(format!(

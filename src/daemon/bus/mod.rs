@@ -11,5 +11,6 @@ pub mod callers;
 pub mod in_flight;
 pub mod job_object;
 pub mod listing;
+pub mod machine;
 pub(crate) mod objects;
 pub mod wire_job;

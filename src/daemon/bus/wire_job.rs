@@ -2,15 +2,7 @@
 //! CLI's `xqueue ID` and `--json` read (documented in `dbus/`).
 
 use crate::daemon::job::Job;
-use zbus::{OwnedVariant, Variant};
-
-pub type Dict = std::collections::HashMap<String, OwnedVariant>;
-
-pub(crate) fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
-    if let Ok(v) = OwnedVariant::try_from(v.into()) {
-        m.insert(key.to_string(), v);
-    }
-}
+pub use crate::wire::dict::{put, Dict};
 
 /// A job as a{sv}. `detail` adds what only the owner and root may see.
 pub fn job_dict(job: &Job, reason: Option<String>, detail: bool) -> Dict {

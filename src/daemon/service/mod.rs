@@ -32,6 +32,7 @@ mod reconcile;
 mod state;
 mod submit;
 mod update;
+mod views;
 
 pub use access::{no_such_job, owns, sight, Sight};
 pub(crate) use accounts::user_name;
