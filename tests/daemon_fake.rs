@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use xlurm::cli::client::{get, get_str, Dict, SchedulerProxy};
 use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::run::{serve, ServeConfig, Served};
+use xlurm::daemon::startup::{serve, ServeConfig, Served};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;

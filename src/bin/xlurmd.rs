@@ -7,11 +7,11 @@ fn main() {
     // RestartPreventExitStatus keeps down), not clap's 2: with
     // Restart=on-failure that would be a restart loop. --help and --version
     // still exit 0.
-    let options = match xlurm::daemon::run::Options::try_parse() {
+    let options = match xlurm::daemon::startup::Options::try_parse() {
         Ok(o) => o,
         Err(e) if e.use_stderr() => {
             let _ = e.print();
-            std::process::exit(xlurm::daemon::run::EX_CONFIG);
+            std::process::exit(xlurm::daemon::startup::EX_CONFIG);
         }
         Err(e) => e.exit(),
     };
@@ -26,5 +26,5 @@ fn main() {
             std::process::exit(1);
         }
     };
-    std::process::exit(rt.block_on(xlurm::daemon::run::main(options)));
+    std::process::exit(rt.block_on(xlurm::daemon::startup::main(options)));
 }

@@ -4,7 +4,7 @@
 //! are the core's (`core::priority`, `core::fairshare`, `core::limits`).
 
 use super::options::Options;
-use super::run::Refusal;
+use super::startup::Refusal;
 use crate::core::{PriorityConfig, PriorityMode, UserLimit, UserLimits};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;

@@ -3,8 +3,8 @@
 //! handed to the job holding it (IdleGPU, and `--idle-gpu-action`).
 
 use super::options::Options;
-use super::run::Refusal;
 use super::service::Daemon;
+use super::startup::Refusal;
 use crate::core::request::parse_duration_secs;
 use std::sync::Arc;
 use std::time::Duration;

@@ -21,7 +21,7 @@
 //! where they are loaded (`rewrite`), so the log of every earlier version
 //! still loads (`tests/store_log_v1.rs`).
 
-use super::job::{Brief, Ended, Job, Strings};
+use super::job::{Brief, Briefs, Job, Strings};
 use crate::core::JobId;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
@@ -64,7 +64,7 @@ pub struct Loaded {
     /// Pending and running jobs.
     pub jobs: crate::daemon::job::Jobs,
     /// Jobs that ended, in brief.
-    pub ended: Ended,
+    pub ended: Briefs,
     pub strings: Strings,
     pub next_id: JobId,
     /// Set when a damaged log was kept aside.
@@ -421,7 +421,7 @@ impl Store {
 /// What `rewrite` built.
 struct Rewritten {
     jobs: crate::daemon::job::Jobs,
-    ended: Ended,
+    ended: Briefs,
     strings: Strings,
     at: HashMap<JobId, (u64, u32)>,
 }
@@ -480,7 +480,7 @@ fn load(
 ) -> Result<Rewritten> {
     let mut r = Rewritten {
         jobs: crate::daemon::job::Jobs::new(),
-        ended: Ended::default(),
+        ended: Briefs::default(),
         strings: Strings::default(),
         at: HashMap::with_capacity(current.len()),
     };

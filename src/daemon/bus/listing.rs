@@ -12,7 +12,7 @@
 //! 100,000 jobs takes tens of milliseconds, not hundreds.
 
 use crate::core::{Demand, JobId};
-use crate::daemon::job::{Brief, Gate, Job, JobState};
+use crate::daemon::job::{Admission, Brief, Job, JobState};
 use crate::daemon::service::{Found, State};
 use crate::wire::error::ApiError;
 use crate::wire::queue::{JobSummary, Line};
@@ -188,7 +188,7 @@ fn lines<'a>(
         let line = match j {
             Found::Full(job) => {
                 let is_head = head == Some(id);
-                if job.gate() != Gate::Queued {
+                if job.admission() != Admission::Queued {
                     // Kept out of the queue: its own reason.
                     scratch = st.reason(id).map(|r| r.to_string()).unwrap_or_default();
                     reqs = job.devices_requested();

@@ -138,7 +138,7 @@ impl Strings {
 /// each such job into the vector moved the whole tail of it, under the state
 /// lock: 15 s for 104,000 jobs cancelled in 8 interleaved runs.
 #[derive(Debug, Default)]
-pub struct Ended {
+pub struct Briefs {
     sorted: Vec<(JobId, Brief)>,
     late: std::collections::BTreeMap<JobId, Brief>,
 }
@@ -169,7 +169,7 @@ pub fn merge_sorted<T>(
     })
 }
 
-impl Ended {
+impl Briefs {
     pub fn insert(&mut self, id: JobId, brief: Brief) {
         if let Some(b) = self.late.get_mut(&id) {
             *b = brief;
@@ -291,7 +291,7 @@ mod tests {
             .collect()
     }
 
-    fn check_order(e: &Ended, n: JobId) {
+    fn check_order(e: &Briefs, n: JobId) {
         let up: Vec<JobId> = e.ids().collect();
         assert_eq!(up, (1..=n).collect::<Vec<_>>());
         let down: Vec<JobId> = e.iter_rev().map(|(id, _)| id).collect();
@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn jobs_ending_out_of_id_order_leave_the_vector_unmoved_until_merged() {
-        let mut e = Ended::default();
+        let mut e = Briefs::default();
         for id in [10, 20, 30] {
             e.insert(id, brief(id));
         }
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn interleaved_ends_read_back_in_order_before_and_after_merges() {
         let n = 3 * LATE_MERGE as JobId;
-        let mut e = Ended::default();
+        let mut e = Briefs::default();
         for id in interleaved(n, 8) {
             e.insert(id, brief(id));
             assert!(e.late.len() < LATE_MERGE);
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_job_ended_again_is_replaced_where_it_is_and_retain_reaches_both_parts() {
-        let mut e = Ended::default();
+        let mut e = Briefs::default();
         for id in [1, 2, 4] {
             e.insert(id, brief(id));
         }

@@ -10,8 +10,8 @@ mod stage;
 mod table;
 
 pub use array::Task;
-pub use brief::{merge_sorted, Brief, Ended, Shared, Strings};
-pub use stage::{After, End, Gate, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
+pub use brief::{merge_sorted, Brief, Briefs, Shared, Strings};
+pub use stage::{Admission, After, End, Heard, HeldFd, Hold, Launch, Reading, Run, Stage, Waiting};
 pub use table::Jobs;
 
 /// Job states, named as Slurm users know them.

@@ -39,8 +39,8 @@ pub struct Waiting {
     /// Stored: what it waits for (`--dependency`). Boxed: most jobs have none.
     pub after: Option<Box<After>>,
     /// Never stored: whether it is in the scheduler's queue, and if not, why
-    /// (worked out by `service::gate` from its hold, dependency and array).
-    pub gate: Gate,
+    /// (worked out by `service::admission` from its hold, dependency and array).
+    pub admission: Admission,
 }
 
 /// A pending job's `--dependency`, and what to do when it can never be met.
@@ -73,7 +73,7 @@ impl Hold {
 /// not, what keeps it out. Only queued jobs are placed, counted as the
 /// head, or block others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Gate {
+pub enum Admission {
     #[default]
     Queued,
     Held(Hold),
@@ -85,19 +85,19 @@ pub enum Gate {
     ArrayLimit,
 }
 
-impl Gate {
+impl Admission {
     /// Why it waits outside the queue (`None` when queued); `limit`: its
     /// array's `%N`.
     pub fn reason(self, limit: u32) -> Option<crate::core::Reason> {
         use crate::core::Reason;
         match self {
-            Gate::Queued => None,
-            Gate::Held(h) => Some(Reason::Held {
+            Admission::Queued => None,
+            Admission::Held(h) => Some(Reason::Held {
                 by_admin: h == Hold::Admin,
             }),
-            Gate::Dependency => Some(Reason::Dependency),
-            Gate::Never => Some(Reason::DependencyNeverSatisfied),
-            Gate::ArrayLimit => Some(Reason::ArrayTaskLimit { limit }),
+            Admission::Dependency => Some(Reason::Dependency),
+            Admission::Never => Some(Reason::DependencyNeverSatisfied),
+            Admission::ArrayLimit => Some(Reason::ArrayTaskLimit { limit }),
         }
     }
 }
@@ -422,18 +422,18 @@ impl Job {
         }
     }
 
-    /// A pending job's gate (see [`Gate`]); `Queued` in other stages.
-    pub fn gate(&self) -> Gate {
+    /// A pending job's admission (see [`Admission`]); `Queued` in other stages.
+    pub fn admission(&self) -> Admission {
         match &self.stage {
-            Stage::Pending(w) => w.gate,
-            _ => Gate::Queued,
+            Stage::Pending(w) => w.admission,
+            _ => Admission::Queued,
         }
     }
 
-    /// Sets a pending job's gate.
-    pub fn set_gate(&mut self, gate: Gate) {
+    /// Sets a pending job's admission.
+    pub fn set_admission(&mut self, admission: Admission) {
         if let Stage::Pending(w) = &mut self.stage {
-            w.gate = gate;
+            w.admission = admission;
         }
     }
 

@@ -75,7 +75,7 @@ impl State {
         count(book, was, -1);
         count(book, job.state(), 1);
         if array != job.id {
-            self.regate(array);
+            self.readmit(array);
         }
     }
 
@@ -140,13 +140,13 @@ impl State {
             .and_then(|id| self.find(id))
             .map(|f| f.state())
         {
-            return Some(super::gate::progress_of(state));
+            return Some(super::admission::progress_of(state));
         }
         let waits = self.jobs.get(&array).is_some_and(|j| {
             j.state() == JobState::Pending
                 && j.array.as_ref().is_some_and(|t| t.rest.contains(index))
         });
-        waits.then(|| super::gate::progress_of(JobState::Pending))
+        waits.then(|| super::admission::progress_of(JobState::Pending))
     }
 
     /// The active tasks of array `array` that started, but `array` itself.

@@ -202,7 +202,7 @@ impl State {
         // Out of every index as it was, in as it is now (its demand, its
         // dependency, its hold may have changed).
         self.pending_done(id);
-        self.unwait(id);
+        self.stop_waiting(id);
         self.sched.dequeue(id);
         self.enqueue(job);
         fx.kick = true;
@@ -233,7 +233,7 @@ impl State {
             self.next_id = self.next_id.max(last + 1);
         }
         // The scheduler placed the array: the task holds that place now, and
-        // the rest waits again (see `gate`: its %N).
+        // the rest waits again (see `admission`: its %N).
         for (array, task) in &split {
             if let Some(alloc) = self.sched.finish(*array) {
                 if let Some(j) = jobs.iter().find(|j| j.id == *task) {
@@ -250,7 +250,7 @@ impl State {
             let id = rest.id;
             rest.detach();
             self.jobs.insert(id, rest);
-            self.regate(id);
+            self.readmit(id);
         }
         // More of its tasks may start now.
         fx.kick |= !split.is_empty();
@@ -283,7 +283,7 @@ impl State {
         self.expect(array, JobState::Pending)?;
         debug_assert!(task.id >= self.next_id && task.is_final());
         self.store.save([&task, &rest])?;
-        self.account(&task);
+        self.to_ledger(&task);
         self.next_id = self.next_id.max(task.id + 1);
         rest.detach();
         self.jobs.insert(array, rest);
@@ -316,7 +316,7 @@ impl State {
         // In memory even if it cannot be recorded: the job did end, and its
         // unit, kept uncollected, holds the end for the next start.
         self.jobs.insert(id, job.clone());
-        self.account(&job);
+        self.to_ledger(&job);
         self.task_moved(&job, was);
         // Charged to its owner's fair-share usage up to its end.
         self.release(id, job.end_usec());
@@ -392,8 +392,8 @@ impl State {
         job.detach();
         let id = job.id;
         self.jobs.insert(id, job);
-        self.watch(id);
-        self.regate(id);
+        self.wait_for_targets(id);
+        self.readmit(id);
     }
 
     /// Pending `job` ends before it started: recorded, out of the queue and
@@ -401,7 +401,7 @@ impl State {
     fn withdraw(&mut self, job: Job, fx: &mut Effects) -> Result<Vec<JobId>, CommitError> {
         let id = job.id;
         self.store.save([&job])?;
-        self.account(&job);
+        self.to_ledger(&job);
         self.sched.dequeue(id);
         self.pending_done(id);
         // A task queued again (--requeue) is counted in its array.
@@ -431,7 +431,7 @@ impl State {
     /// waiting (logged).
     fn settle_one(&mut self, id: JobId, fx: &mut Effects) -> Vec<JobId> {
         let doomed = self.jobs.get(&id).is_some_and(|j| {
-            j.gate() == crate::daemon::job::Gate::Never
+            j.admission() == crate::daemon::job::Admission::Never
                 && j.after().is_some_and(|a| a.kill_on_invalid)
         });
         if !doomed {
@@ -467,7 +467,7 @@ impl State {
     pub(super) fn cascade(&mut self, mut work: Vec<JobId>, fx: &mut Effects) {
         while let Some(id) = work.pop() {
             for w in self.waiting_on(id) {
-                fx.kick |= self.regate(w);
+                fx.kick |= self.readmit(w);
                 work.extend(self.settle_one(w, fx));
             }
         }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::core::{Limits, Machine, Policy, Request, Topology};
-use crate::daemon::job::{After, Gate, Hold};
+use crate::daemon::job::{Admission, After, Hold};
 use crate::daemon::systemd::outcome::Collect;
 
 const UID: u32 = 1000;
@@ -192,23 +192,23 @@ fn a_revised_pending_job_is_gated_anew_and_waits_once() {
     let id = submit(&mut st, |s| {
         after(pending(s, 1), &format!("afterok:{target}"), false)
     });
-    assert_eq!(st.jobs[&id].gate(), Gate::Dependency);
+    assert_eq!(st.jobs[&id].admission(), Admission::Dependency);
     // Held, then released: out of the queue and back, each on disk.
     let fx = st
         .apply(Commit::Revised(st.jobs[&id].with_hold(Some(Hold::User))))
         .unwrap();
     assert!(fx.changes.is_empty() && fx.kick);
-    assert_eq!(st.jobs[&id].gate(), Gate::Held(Hold::User));
+    assert_eq!(st.jobs[&id].admission(), Admission::Held(Hold::User));
     st.apply(Commit::Revised(st.jobs[&id].with_hold(None)))
         .unwrap();
-    assert_eq!(st.jobs[&id].gate(), Gate::Dependency);
+    assert_eq!(st.jobs[&id].admission(), Admission::Dependency);
     // Revised twice, it waits on its target once: no waiter left behind.
     assert_eq!(st.waiters[&target], [id]);
     assert_eq!(st.usage_of(UID).jobs, 1, "its owner's usage counted once");
     // Its dependency cleared: queued.
     st.apply(Commit::Revised(st.jobs[&id].with_after(None)))
         .unwrap();
-    assert_eq!(st.jobs[&id].gate(), Gate::Queued);
+    assert_eq!(st.jobs[&id].admission(), Admission::Queued);
     assert!(st.sched.is_pending(id));
     assert!(!st.waiters.contains_key(&target));
 }
@@ -277,7 +277,7 @@ fn started_jobs_are_recorded_before_they_launch_and_leave_the_queue() {
     assert_eq!(st.usage_of(UID).jobs, 1, "only the waiter is pending");
     assert_eq!(st.sched.running_count(), 1);
     // `after:` waits for a start: it is queued now.
-    assert_eq!(st.jobs[&waiter].gate(), Gate::Queued);
+    assert_eq!(st.jobs[&waiter].admission(), Admission::Queued);
     assert!(fx.kick);
 }
 
@@ -321,7 +321,7 @@ fn an_arrays_next_task_splits_off_its_rest() {
     assert_eq!(st.next_id, id + 2, "the task's ID is taken");
     assert_eq!(st.tasks_running(id), 1);
     // Its %1: the rest waits for the task.
-    assert_eq!(st.jobs[&id].gate(), Gate::ArrayLimit);
+    assert_eq!(st.jobs[&id].admission(), Admission::ArrayLimit);
     assert_eq!(st.jobs[&id].array.as_ref().unwrap().rest.len(), 3);
     assert_eq!(on_disk(dir.path())[&task], JobState::Running);
     assert_eq!(st.usage_of(UID).jobs, 1, "the rest is pending still");
@@ -348,7 +348,7 @@ fn a_withdrawn_job_ends_its_waiters_that_asked_for_it_and_lets_go_of_its_output(
     let then = submit(&mut st, |s| {
         after(pending(s, 1), &format!("afterany:{doomed}"), false)
     });
-    assert_eq!(st.jobs[&then].gate(), Gate::Dependency);
+    assert_eq!(st.jobs[&then].admission(), Admission::Dependency);
     let cancelled = st
         .full(id)
         .unwrap()
@@ -364,7 +364,7 @@ fn a_withdrawn_job_ends_its_waiters_that_asked_for_it_and_lets_go_of_its_output(
     assert!(fx.kick);
     assert_eq!(st.usage_of(UID).jobs, 1);
     // `afterany` on the doomed one: met, so queued.
-    assert_eq!(st.jobs[&then].gate(), Gate::Queued);
+    assert_eq!(st.jobs[&then].admission(), Admission::Queued);
     assert!(st.sched.is_pending(then));
     let disk = on_disk(dir.path());
     assert_eq!(
@@ -416,7 +416,7 @@ fn an_end_frees_its_place_wakes_its_waiters_and_leaves_its_unit_to_collect() {
     assert_eq!(fx.forget_limits, [unit]);
     assert!(fx.kick);
     assert_eq!(st.sched.running_count(), 0, "its place is free");
-    assert_eq!(st.jobs[&waiter].gate(), Gate::Queued);
+    assert_eq!(st.jobs[&waiter].admission(), Admission::Queued);
     // Appended: synced with the next start or before its unit goes.
     st.store.sync().unwrap();
     assert_eq!(on_disk(dir.path())[&id], JobState::Completed);

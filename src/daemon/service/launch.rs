@@ -174,7 +174,7 @@ impl<U: Units> Daemon<U> {
         }
         let (heard, cancelled) = self.launched(job.id, announce).await;
         match result {
-            // From here on the unit's signals tell how it goes (run.rs).
+            // From here on the unit's signals tell how it goes (startup.rs, watch.rs).
             Ok(_) => {
                 tracing::info!(job = job.id, "job {} started as {}", job.id, job.unit());
                 // Cancelled while systemd was creating the unit: that stop
@@ -269,7 +269,7 @@ impl<U: Units> Daemon<U> {
     /// whether a cancel was asked for. Under the state lock, which a
     /// reconcile takes to look at the job: a signal is either kept for here
     /// or handled by that reconcile. An invocation ID heard while the start
-    /// was in flight is announced now, after RUNNING (see [`Daemon::started`]).
+    /// was in flight is announced now, after RUNNING (see `Daemon::invocation_heard`).
     pub(super) async fn launched(&self, id: JobId, announced: bool) -> (Heard, bool) {
         let mut st = self.state.lock().await;
         match st.jobs.get_mut(&id) {

@@ -3,7 +3,7 @@
 //! D-Bus methods (`api.rs`) are thin wrappers over the functions here, which
 //! take the caller's uid as an argument so they can be tested without a bus.
 
-use super::job::{Brief, Command, Ended, Heard, Job, JobState, Outcome, Strings, MAX_REQUEUES};
+use super::job::{Brief, Briefs, Command, Heard, Job, JobState, Outcome, Strings, MAX_REQUEUES};
 use super::spec::Spec;
 use super::store::{Loaded, Store};
 use super::systemd::outcome::{classify, UnitStatus};
@@ -20,11 +20,11 @@ use tokio::sync::{Mutex, Notify};
 
 mod access;
 mod accounts;
+mod admission;
 mod arrays;
 mod cancel;
 mod commit;
 mod error;
-mod gate;
 mod launch;
 mod logs;
 mod readopt;
@@ -38,9 +38,9 @@ pub use access::{no_such_job, owns, sight, Sight};
 pub(crate) use accounts::user_name;
 use accounts::ACCOUNT_REUSE;
 pub use accounts::{resolve_account, Account, Accounts, Recent};
+pub use admission::hold_by;
 pub use commit::{Commit, CommitError, Effects, Starts};
 pub use error::{AccountError, DependencyError, DeviceSetupError, LaunchError};
-pub use gate::hold_by;
 pub use launch::{device_setup, DeviceSetup};
 pub use logs::{LogPage, LogReads};
 pub use state::{Found, State};

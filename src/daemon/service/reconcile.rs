@@ -183,7 +183,8 @@ impl<U: Units> Daemon<U> {
                     return;
                 }
                 if invocation.is_empty() && !status.invocation_id.is_empty() {
-                    self.started(id, status.invocation_id.clone()).await;
+                    self.invocation_heard(id, status.invocation_id.clone())
+                        .await;
                 }
                 if status.finished() {
                     let (state, outcome) = classify(&status, cancelled, pty);
@@ -237,7 +238,7 @@ impl<U: Units> Daemon<U> {
     /// Records the invocation job `id`'s unit runs under (from its signals
     /// or a read). Kept in memory and written with the job's next record:
     /// after a restart an empty one matches whatever runs the unit.
-    pub async fn started(&self, id: JobId, invocation: String) {
+    pub async fn invocation_heard(&self, id: JobId, invocation: String) {
         let mut st = self.state.lock().await;
         let Some(j) = st.jobs.get_mut(&id) else {
             return;

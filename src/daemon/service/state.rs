@@ -9,7 +9,7 @@ pub struct State {
     /// (while their D-Bus object lingers); see [`State::retire`].
     pub jobs: crate::daemon::job::Jobs,
     /// Jobs that ended, in brief; their whole record is in the store.
-    pub ended: Ended,
+    pub ended: Briefs,
     pub(super) strings: Strings,
     pub store: Store,
     /// One record per ended job, for usage reports (`daemon::accounting`);
@@ -22,7 +22,7 @@ pub struct State {
     pub(super) retired: usize,
     /// When priorities were last brought up to date (seconds).
     reprioritized_at: u64,
-    /// The pending jobs that depend on each job (see `gate`).
+    /// The pending jobs that depend on each job (see `admission`).
     pub(super) waiters: HashMap<JobId, Vec<JobId>>,
     /// Pending `singleton` jobs by owner and name, oldest first.
     pub(super) singles: HashMap<(u32, String), std::collections::BTreeSet<JobId>>,
@@ -81,7 +81,7 @@ impl Found<'_> {
 impl State {
     /// Adds ended `job` to the accounting log (a failure is logged: the
     /// job log keeps the end either way).
-    pub fn account(&self, job: &Job) {
+    pub fn to_ledger(&self, job: &Job) {
         if let Some(l) = &self.ledger {
             if let Err(e) = l.append(&crate::daemon::accounting::record_of(job)) {
                 tracing::warn!(job = job.id, "accounting: {e:#}");
@@ -169,12 +169,12 @@ impl State {
             arrays: HashMap::new(),
         };
         st.index_arrays();
-        // Queued unless something keeps them out (see `gate`).
+        // Queued unless something keeps them out (see `admission`).
         for id in &pending {
-            st.watch(*id);
+            st.wait_for_targets(*id);
         }
         for id in &pending {
-            st.regate(*id);
+            st.readmit(*id);
         }
         st.settle_loaded(&pending);
         // Reading the log left its scratch (each record parsed whole, the
@@ -253,7 +253,7 @@ impl State {
     /// Pending job `id` leaves the queue (it starts or is cancelled): its
     /// owner no longer holds what it held. Call before replacing its record.
     pub(super) fn pending_done(&mut self, id: JobId) {
-        self.unwatch(id);
+        self.leave_singles(id);
         let Some((uid, held)) = self.jobs.get(&id).map(|j| (j.uid, j.usage())) else {
             return;
         };

@@ -96,7 +96,7 @@ pub async fn spawn_unit_watcher(
             match tracker.on(id, signal) {
                 Verdict::Nothing => {}
                 Verdict::Started(invocation) => {
-                    tokio::spawn(async move { d.started(id, invocation).await });
+                    tokio::spawn(async move { d.invocation_heard(id, invocation).await });
                 }
                 Verdict::Finished(status) => {
                     tokio::spawn(async move { d.reconcile_with(id, Some(status)).await });

@@ -80,7 +80,7 @@ async fn an_invocation_heard_while_the_start_is_in_flight_is_announced_after_run
     let gate = d.systemd.hold_starts();
     let id = d.submit(1000, vec![sleep_spec()]).await.unwrap()[0].id;
     d.schedule().await;
-    d.started(id, "0123abcd".into()).await;
+    d.invocation_heard(id, "0123abcd".into()).await;
     assert_eq!(
         job(&d, id).await.invocation_id(),
         "0123abcd",
@@ -97,7 +97,7 @@ async fn an_invocation_heard_while_the_start_is_in_flight_is_announced_after_run
         ]
     );
     // Heard again (a reconcile reads it): nothing new to announce.
-    d.started(id, "0123abcd".into()).await;
+    d.invocation_heard(id, "0123abcd".into()).await;
     assert!(changes.try_recv().is_err(), "announced once");
 }
 

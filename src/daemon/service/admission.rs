@@ -1,13 +1,13 @@
-//! The gate in front of the scheduler's queue: a pending job is queued only
+//! Admission to the scheduler's queue: a pending job is queued only
 //! while nothing keeps it out (a hold, a dependency not met, its array's
 //! `%N`). A job kept out is not placed, never becomes the head, and blocks
-//! nobody; its reason comes from the gate ([`State::reason`]). Holds and
+//! nobody; its reason comes from its admission ([`State::reason`]). Holds and
 //! releases are here too.
 
 use super::*;
 use crate::core::dependency::{Progress, Target, Verdict};
 use crate::core::Reason;
-use crate::daemon::job::{Gate, Hold};
+use crate::daemon::job::{Admission, Hold};
 
 /// What became of a job, as a dependency on it sees it.
 pub(super) fn progress_of(state: JobState) -> Progress {
@@ -23,16 +23,16 @@ pub(super) fn progress_of(state: JobState) -> Progress {
 
 impl State {
     /// What keeps pending `job` out of the queue now.
-    fn gate_for(&self, job: &Job) -> Gate {
+    fn admission_for(&self, job: &Job) -> Admission {
         if let Some(h) = job.hold() {
-            return Gate::Held(h);
+            return Admission::Held(h);
         }
         if let Some(a) = job.after() {
             let clear = !a.dependency.has_singleton() || self.singleton_clear(job);
             match a.dependency.verdict(|t| self.progress(t), clear) {
                 Verdict::Met => {}
-                Verdict::Wait => return Gate::Dependency,
-                Verdict::Never => return Gate::Never,
+                Verdict::Wait => return Admission::Dependency,
+                Verdict::Never => return Admission::Never,
             }
         }
         // An array's pending rest: no more tasks than its %N at once.
@@ -40,10 +40,10 @@ impl State {
             if job.array.as_ref().is_some_and(|t| t.array == job.id)
                 && self.tasks_running(job.id) >= limit
             {
-                return Gate::ArrayLimit;
+                return Admission::ArrayLimit;
             }
         }
-        Gate::Queued
+        Admission::Queued
     }
 
     /// What became of a dependency's target (`None`: no record of it left).
@@ -74,7 +74,7 @@ impl State {
 
     /// Pending job `job`, just queued or loaded, is looked at when the jobs
     /// it depends on move.
-    pub(super) fn watch(&mut self, id: JobId) {
+    pub(super) fn wait_for_targets(&mut self, id: JobId) {
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
@@ -114,7 +114,7 @@ impl State {
     }
 
     /// Job `id` left the pending state: no longer a singleton in line.
-    pub(super) fn unwatch(&mut self, id: JobId) {
+    pub(super) fn leave_singles(&mut self, id: JobId) {
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
@@ -162,7 +162,7 @@ impl State {
 
     /// Pending job `id` no longer waits on what its record says it depends
     /// on (its dependency is about to change): it leaves those waiters.
-    pub(super) fn unwait(&mut self, id: JobId) {
+    pub(super) fn stop_waiting(&mut self, id: JobId) {
         let Some(a) = self.jobs.get(&id).and_then(Job::after) else {
             return;
         };
@@ -180,25 +180,25 @@ impl State {
     /// Brings pending job `id`'s place up to date: queued for the scheduler
     /// when nothing keeps it out, out of the queue when something does.
     /// Whether it was queued now (a pass may start it).
-    pub(super) fn regate(&mut self, id: JobId) -> bool {
+    pub(super) fn readmit(&mut self, id: JobId) -> bool {
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
         if job.state() != JobState::Pending {
             return false;
         }
-        let gate = self.gate_for(job);
+        let admission = self.admission_for(job);
         let queued = self.sched.is_pending(id);
         let mut added = false;
-        if gate == Gate::Queued && !queued {
+        if admission == Admission::Queued && !queued {
             self.sched
                 .enqueue_for(id, job.demand.clone(), job.submission());
             added = true;
-        } else if gate != Gate::Queued && queued {
+        } else if admission != Admission::Queued && queued {
             self.sched.dequeue(id);
         }
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.set_gate(gate);
+            j.set_admission(admission);
         }
         added
     }
@@ -208,7 +208,7 @@ impl State {
     pub fn reason(&self, id: JobId) -> Option<Reason> {
         let gated = self.jobs.get(&id).and_then(|j| {
             let limit = j.array.as_ref().and_then(|t| t.limit).unwrap_or(0);
-            j.gate().reason(limit)
+            j.admission().reason(limit)
         });
         match gated {
             Some(r) => Some(r),
