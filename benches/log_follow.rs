@@ -12,7 +12,7 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 use xlurm::cli::client::SchedulerProxy;
 use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::startup::{serve, ServeConfig};
+use xlurm::daemon::serve::{serve, ServeConfig};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;

@@ -14,7 +14,7 @@ mod common;
 use std::collections::HashMap;
 use xlurm::cli::client::SchedulerProxy;
 use xlurm::daemon::bus::api::Dict;
-use xlurm::daemon::startup::serve;
+use xlurm::daemon::serve::serve;
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use xlurm::wire::spec::entry;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use xlurm::core::{Limits, Machine, Policy, Topology};
 use xlurm::daemon::bus::api::{BUS_NAME, PATH};
-use xlurm::daemon::startup::{serve, ServeConfig, Served};
+use xlurm::daemon::serve::{serve, ServeConfig, Served};
 use xlurm::testing::bus::PrivateBus;
 use xlurm::testing::fake_systemd::{FakeSystemd, Mode};
 use zbus::{Connection, Variant};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 use xlurm::core::{Limits, Machine, Policy, Topology};
-use xlurm::daemon::startup::{serve, ServeConfig};
+use xlurm::daemon::serve::{serve, ServeConfig};
 use xlurm::testing::bus::PrivateBus;
 
 /// One CPU and max-running 1: one job runs, the rest queue (the submit path,

@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod options;
 pub mod output;
 pub mod pty;
+pub mod serve;
 pub mod service;
 pub mod spec;
 pub mod startup;

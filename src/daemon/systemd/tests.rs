@@ -1,5 +1,6 @@
-//! Tests of `systemd.rs`: parsing what the manager reports.
+//! Tests of `systemd/`: parsing what the manager reports.
 
+use super::signals::BUS_DRIVER;
 use super::*;
 
 fn signal(sender: Option<&str>, path: &str, iface: &str, member: &str) -> zbus::Message {

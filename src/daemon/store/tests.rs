@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::daemon::job::{tests_support::job_with, JobState, Outcome};
+use std::fs::OpenOptions;
 
 fn job(id: JobId, state: JobState) -> Job {
     let mut j = job_with(state, Outcome::default());
