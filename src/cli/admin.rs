@@ -1,7 +1,8 @@
 //! The admin verbs: `xlurm policy`, `max-running`, `exclude`, `include`,
 //! `limits`; and `xlurm share`, which every user may run.
 
-use super::client::{connect, explain, get_str, Dict};
+use super::client::{connect, explain, Dict};
+use crate::wire::keys;
 use anyhow::{anyhow, bail, Result};
 
 /// `xlurm policy NAME`.
@@ -29,12 +30,11 @@ pub(super) async fn set_disabled(list: &str, disabled: bool, user: bool) -> Resu
         Some((v, ids)) => (v.to_string(), ids),
         None => {
             let m = p.get_machine().await.map_err(|e| explain(e, user))?;
-            let devices: Vec<Dict> = m
-                .get("devices")
-                .and_then(|v| v.try_clone().ok())
-                .and_then(|v| Vec::<Dict>::try_from(v).ok())
-                .unwrap_or_default();
-            let mut vendors: Vec<String> = devices.iter().map(|d| get_str(d, "vendor")).collect();
+            let devices: Vec<Dict> = keys::machine::DEVICES.get(&m).unwrap_or_default();
+            let mut vendors: Vec<String> = devices
+                .iter()
+                .map(|d| keys::device::VENDOR.text(d))
+                .collect();
             vendors.dedup();
             match &vendors[..] {
                 [v] => (v.clone(), list),
@@ -69,19 +69,19 @@ pub(super) async fn set_disabled(list: &str, disabled: bool, user: bool) -> Resu
 pub(super) async fn share(json: bool, user: bool) -> Result<i32> {
     let p = connect(user).await?;
     let rows = p.get_shares().await.map_err(|e| explain(e, user))?;
-    let num = |d: &Dict, k: &str| super::client::get::<f64>(d, k).unwrap_or(0.0);
+    let num = |d: &Dict, k: keys::Key<f64>| k.get(d).unwrap_or(0.0);
     if json {
         let list: Vec<serde_json::Value> = rows
             .iter()
             .map(|d| {
                 serde_json::json!({
-                    "uid": super::client::get::<u32>(d, "uid").unwrap_or(0),
-                    "user": get_str(d, "user"),
-                    "shares": super::client::get::<u32>(d, "shares").unwrap_or(0),
-                    "norm_shares": num(d, "norm_shares"),
-                    "usage": num(d, "usage"),
-                    "effective_usage": num(d, "effective_usage"),
-                    "fair_share": num(d, "fair_share"),
+                    "uid": keys::share::UID.get(d).unwrap_or(0),
+                    "user": keys::share::USER.text(d),
+                    "shares": keys::share::SHARES.get(d).unwrap_or(0),
+                    "norm_shares": num(d, keys::share::NORM_SHARES),
+                    "usage": num(d, keys::share::USAGE),
+                    "effective_usage": num(d, keys::share::EFFECTIVE_USAGE),
+                    "fair_share": num(d, keys::share::FAIR_SHARE),
                 })
             })
             .collect();
@@ -95,12 +95,12 @@ pub(super) async fn share(json: bool, user: bool) -> Result<i32> {
     for d in &rows {
         println!(
             "{:<16} {:>6} {:>10.4} {:>14.0} {:>10.4} {:>10.4}",
-            get_str(d, "user"),
-            super::client::get::<u32>(d, "shares").unwrap_or(0),
-            num(d, "norm_shares"),
-            num(d, "usage"),
-            num(d, "effective_usage"),
-            num(d, "fair_share"),
+            keys::share::USER.text(d),
+            keys::share::SHARES.get(d).unwrap_or(0),
+            num(d, keys::share::NORM_SHARES),
+            num(d, keys::share::USAGE),
+            num(d, keys::share::EFFECTIVE_USAGE),
+            num(d, keys::share::FAIR_SHARE),
         );
     }
     Ok(0)

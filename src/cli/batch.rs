@@ -1,10 +1,11 @@
 //! `xbatch`: submits a batch script (or `--wrap`), its `#SBATCH` lines read.
 
-use super::client::{connect, get};
+use super::client::connect;
 use super::sbatch::apply_sbatch;
 use super::submit::{copied_output, output_of, spec_from, submit_with_output};
 use super::BatchArgs;
 use crate::core::request::format_bytes;
+use crate::wire::keys;
 use anyhow::{bail, Context, Result};
 
 pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
@@ -47,15 +48,16 @@ pub(super) async fn batch(mut a: BatchArgs, user: bool) -> Result<i32> {
         _ => output_of(&a.res)?,
     };
     let (id, info) = submit_with_output(&p, spec, output, user).await?;
-    let defaulted = get::<bool>(&info, "gpus_default").unwrap_or(false);
-    let mem = get::<u64>(&info, "mem")
+    let defaulted = keys::submitted::GPUS_DEFAULT.get(&info).unwrap_or(false);
+    let mem = keys::submitted::MEM
+        .get(&info)
         .map(format_bytes)
         .unwrap_or_default();
     println!("Submitted batch job {id}");
     // One write: stderr is unbuffered, and eprintln! writes each piece.
     let note = format!(
         "memory budget {mem}{}{}\n",
-        if get::<bool>(&info, "mem_default").unwrap_or(false) {
+        if keys::submitted::MEM_DEFAULT.get(&info).unwrap_or(false) {
             " (default)"
         } else {
             ""

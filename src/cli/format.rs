@@ -2,6 +2,7 @@
 //! output written at once.
 
 use super::client::{get, Dict};
+use crate::wire::keys;
 use anyhow::Result;
 
 pub(super) fn local_time(usec: u64, with_year: bool) -> String {
@@ -55,26 +56,26 @@ fn push_2(out: &mut String, v: impl Into<i64>) {
 /// busy percent and memory peak where read. `None` when nothing is known.
 pub fn efficiency(job: &Dict) -> Option<String> {
     let mut parts = Vec::new();
-    if let Some(e) = get::<f64>(job, "cpu_efficiency") {
+    if let Some(e) = keys::job::CPU_EFFICIENCY.get(job) {
         parts.push(format!(
             "CPU {:.0}% of {} CPUs",
             e * 100.0,
-            get::<u32>(job, "cpus").unwrap_or(0)
+            keys::job::CPUS.get(job).unwrap_or(0)
         ));
     }
-    if let Some(mean) = get::<f64>(job, "gpu_util_mean") {
+    if let Some(mean) = keys::job::GPU_UTIL_MEAN.get(job) {
         parts.push(format!(
             "accelerators {mean:.0}% busy on average (peak {}%)",
-            get::<u32>(job, "gpu_util_peak").unwrap_or(0)
+            keys::job::GPU_UTIL_PEAK.get(job).unwrap_or(0)
         ));
     }
-    if let Some(peak) = get::<u64>(job, "gpu_mem_peak") {
+    if let Some(peak) = keys::job::GPU_MEM_PEAK.get(job) {
         parts.push(format!(
             "device memory peak {}",
             crate::core::request::format_bytes(peak)
         ));
     }
-    if let Some(flag) = get::<String>(job, "flag") {
+    if let Some(flag) = keys::job::FLAG.get(job) {
         parts.push(format!("{flag}: an accelerator stays idle"));
     }
     (!parts.is_empty()).then(|| parts.join(", "))

@@ -1,9 +1,10 @@
 //! `xinfo`: the machine, its NUMA nodes and devices, the policy and counts.
 
-use super::client::{connect, explain, get, get_str, Dict};
+use super::client::{connect, explain, Dict};
 use super::format::{dict_to_json, emit, json_text};
 use super::InfoArgs;
 use crate::core::request::format_bytes;
+use crate::wire::keys;
 use anyhow::Result;
 
 pub(super) async fn info(a: InfoArgs, user: bool) -> Result<i32> {
@@ -24,16 +25,12 @@ fn machine_text(m: &Dict) -> String {
     let _ = writeln!(
         out,
         "policy {}, max running {}, {} pending, {} running",
-        get_str(m, "policy"),
-        get::<u32>(m, "max_running").unwrap_or(0),
-        get::<u32>(m, "pending").unwrap_or(0),
-        get::<u32>(m, "running").unwrap_or(0)
+        keys::machine::POLICY.text(m),
+        keys::machine::MAX_RUNNING.get(m).unwrap_or(0),
+        keys::machine::PENDING.get(m).unwrap_or(0),
+        keys::machine::RUNNING.get(m).unwrap_or(0)
     );
-    let nodes: Vec<Dict> = m
-        .get("nodes")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Vec::<Dict>::try_from(v).ok())
-        .unwrap_or_default();
+    let nodes: Vec<Dict> = keys::machine::NODES.get(m).unwrap_or_default();
     let _ = writeln!(
         out,
         "{:<6} {:<16} {:<16} {:>10} {:>10}",
@@ -43,32 +40,24 @@ fn machine_text(m: &Dict) -> String {
         let _ = writeln!(
             out,
             "{:<6} {:<16} {:<16} {:>10} {:>10}",
-            format!("node{}", get::<u32>(n, "id").unwrap_or(0)),
-            get_str(n, "cpus"),
-            get_str(n, "cpus_free"),
-            format_bytes(get::<u64>(n, "mem").unwrap_or(0)),
-            format_bytes(get::<u64>(n, "mem_free").unwrap_or(0))
+            format!("node{}", keys::node::ID.get(n).unwrap_or(0)),
+            keys::node::CPUS.text(n),
+            keys::node::CPUS_FREE.text(n),
+            format_bytes(keys::node::MEM.get(n).unwrap_or(0)),
+            format_bytes(keys::node::MEM_FREE.get(n).unwrap_or(0))
         );
     }
-    let limits: Vec<Dict> = m
-        .get("limits")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Vec::<Dict>::try_from(v).ok())
-        .unwrap_or_default();
-    let devices: Vec<Dict> = m
-        .get("devices")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Vec::<Dict>::try_from(v).ok())
-        .unwrap_or_default();
+    let limits: Vec<Dict> = keys::machine::LIMITS.get(m).unwrap_or_default();
+    let devices: Vec<Dict> = keys::machine::DEVICES.get(m).unwrap_or_default();
     if devices.is_empty() {
         let _ = writeln!(out, "no accelerators");
     }
     for d in &devices {
-        let job = get::<u64>(d, "job").unwrap_or(0);
-        let mut state = if get::<bool>(d, "disabled").unwrap_or(false) {
+        let job = keys::device::JOB.get(d).unwrap_or(0);
+        let mut state = if keys::device::DISABLED.get(d).unwrap_or(false) {
             "disabled".to_string()
         } else {
-            get_str(d, "health")
+            keys::device::HEALTH.text(d)
         };
         if job > 0 {
             state = format!("{state}, job {job}");
@@ -76,31 +65,27 @@ fn machine_text(m: &Dict) -> String {
         let _ = writeln!(
             out,
             "{}:{} {} node {} {}",
-            get_str(d, "vendor"),
-            get::<u32>(d, "index").unwrap_or(0),
-            get_str(d, "uuid"),
-            get::<i32>(d, "numa_node").unwrap_or(-1),
+            keys::device::VENDOR.text(d),
+            keys::device::INDEX.get(d).unwrap_or(0),
+            keys::device::UUID.text(d),
+            keys::device::NUMA_NODE.get(d).unwrap_or(-1),
             state
         );
-        let err = get_str(d, "monitoring_error");
+        let err = keys::device::MONITORING_ERROR.text(d);
         if !err.is_empty() {
             let _ = writeln!(out, "    {err}");
         }
     }
-    if let Some(w) = m
-        .get("usage_weights")
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| Dict::try_from(v).ok())
-    {
+    if let Some(w) = keys::machine::USAGE_WEIGHTS.get(m) {
         let _ = writeln!(
             out,
             "fair-share usage per second: CPU {}, GPU {}, GiB of memory {}",
-            get::<f64>(&w, "cpu").unwrap_or(0.0),
-            get::<f64>(&w, "gpu").unwrap_or(0.0),
-            get::<f64>(&w, "mem_gib").unwrap_or(0.0)
+            keys::weights::CPU.get(&w).unwrap_or(0.0),
+            keys::weights::GPU.get(&w).unwrap_or(0.0),
+            keys::weights::MEM_GIB.get(&w).unwrap_or(0.0)
         );
     }
-    if get::<bool>(m, "gate") == Some(true) {
+    if keys::machine::GATE.get(m) == Some(true) {
         let _ = writeln!(
             out,
             "accelerator gate: on (only xlurm jobs, root's sessions and accel.slice open the accelerators)"
@@ -111,7 +96,7 @@ fn machine_text(m: &Dict) -> String {
     } else {
         let _ = writeln!(out, "your limits:");
         for l in &limits {
-            let _ = writeln!(out, "    {}", get_str(l, "text"));
+            let _ = writeln!(out, "    {}", keys::standing::TEXT.text(l));
         }
     }
     out

@@ -10,7 +10,8 @@
 //! ratios 0 to 1). Built from `GetMachine` and one listing of the active
 //! jobs, so a user sees what `xqueue -a` would show them.
 
-use super::client::{connect, explain, get, get_str, Dict};
+use super::client::{connect, explain, get, Dict};
+use crate::wire::keys;
 use crate::wire::queue::Line;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -179,17 +180,17 @@ pub fn families(machine: &Dict, jobs: &[Line<'_>]) -> Vec<Family> {
         "Memory budget no job holds, per NUMA node.",
     )
     .unit("bytes");
-    for n in get::<Vec<Dict>>(machine, "nodes").unwrap_or_default() {
-        let node = vec![("node", get::<u32>(&n, "id").unwrap_or(0).to_string())];
-        let count = |key: &str| {
-            crate::core::CpuSet::parse_list(&get_str(&n, key))
+    for n in keys::machine::NODES.get(machine).unwrap_or_default() {
+        let node = vec![("node", keys::node::ID.get(&n).unwrap_or(0).to_string())];
+        let count = |key: keys::Key<String>| {
+            crate::core::CpuSet::parse_list(&key.text(&n))
                 .map(|s| f64::from(s.len()))
                 .unwrap_or(0.0)
         };
-        cpus.add(node.clone(), count("cpus"));
-        cpus_free.add(node.clone(), count("cpus_free"));
-        mem.add(node.clone(), get::<u64>(&n, "mem").unwrap_or(0) as f64);
-        mem_free.add(node, get::<u64>(&n, "mem_free").unwrap_or(0) as f64);
+        cpus.add(node.clone(), count(keys::node::CPUS));
+        cpus_free.add(node.clone(), count(keys::node::CPUS_FREE));
+        mem.add(node.clone(), keys::node::MEM.get(&n).unwrap_or(0) as f64);
+        mem_free.add(node, keys::node::MEM_FREE.get(&n).unwrap_or(0) as f64);
     }
 
     let mut info = Family::new(
@@ -215,23 +216,23 @@ pub fn families(machine: &Dict, jobs: &[Line<'_>]) -> Vec<Family> {
         "Device memory in all.",
     )
     .unit("bytes");
-    for d in get::<Vec<Dict>>(machine, "devices").unwrap_or_default() {
+    for d in keys::machine::DEVICES.get(machine).unwrap_or_default() {
         let device = format!(
             "{}:{}",
-            get_str(&d, "vendor"),
-            get::<u32>(&d, "index").unwrap_or(0)
+            keys::device::VENDOR.text(&d),
+            keys::device::INDEX.get(&d).unwrap_or(0)
         );
         let at = || vec![("device", device.clone())];
-        let job = get::<u64>(&d, "job").unwrap_or(0);
-        let health = if get::<bool>(&d, "disabled").unwrap_or(false) {
+        let job = keys::device::JOB.get(&d).unwrap_or(0);
+        let health = if keys::device::DISABLED.get(&d).unwrap_or(false) {
             "disabled".to_string()
         } else {
-            get_str(&d, "health")
+            keys::device::HEALTH.text(&d)
         };
         info.add(
             vec![
                 ("device", device.clone()),
-                ("uuid", get_str(&d, "uuid")),
+                ("uuid", keys::device::UUID.text(&d)),
                 ("health", health),
                 (
                     "job",
@@ -245,10 +246,13 @@ pub fn families(machine: &Dict, jobs: &[Line<'_>]) -> Vec<Family> {
             ],
             1.0,
         );
-        if let Some(u) = get::<u32>(&d, "util_pct") {
+        if let Some(u) = keys::device::UTIL_PCT.get(&d) {
             util.add(at(), f64::from(u) / 100.0);
         }
-        if let (Some(u), Some(t)) = (get::<u64>(&d, "mem_used"), get::<u64>(&d, "mem_total")) {
+        if let (Some(u), Some(t)) = (
+            keys::device::MEM_USED.get(&d),
+            keys::device::MEM_TOTAL.get(&d),
+        ) {
             used.add(at(), u as f64);
             total.add(at(), t as f64);
         }

@@ -11,11 +11,12 @@
 //! its terminal. The job's exit code is xrun's. SIGHUP or SIGTERM to xrun
 //! (its terminal or ssh connection gone) cancel the job.
 
-use super::client::{connect, explain, get_str, Dict, SchedulerProxy};
+use super::client::{connect, explain, Dict, SchedulerProxy};
 use super::follow::{say, stamp, Stops};
 use super::run::exit_code_of;
 use super::submit::{spec_from, submit_with_output};
 use super::SubmitArgs;
+use crate::wire::keys;
 use anyhow::{anyhow, Context, Result};
 use nix::fcntl::OFlag;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -142,7 +143,7 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
     // Wait for the start (or an end without one).
     let job = loop {
         let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
-        let state = get_str(&job, "state");
+        let state = keys::job::STATE.text(&job);
         if state != "PENDING" {
             break job;
         }
@@ -150,7 +151,7 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
             say!(
                 "[{}] job {id}: Waiting for resources... {} (Ctrl-C withdraws it)",
                 stamp(),
-                get_str(&job, "reason")
+                keys::job::REASON.text(&job)
             );
             said_waiting = true;
         }
@@ -166,19 +167,19 @@ pub(super) async fn run_pty(mut a: SubmitArgs, user: bool) -> Result<i32> {
             }
         }
     };
-    let job = if get_str(&job, "state") == "RUNNING" {
+    let job = if keys::job::STATE.text(&job) == "RUNNING" {
         say!("[{}] job {id}: Task started (interactive).", stamp());
         forward(&p, id, pty.master, tty, &mut stops, &mut changes, user).await?
     } else {
         job
     };
-    let state = get_str(&job, "state");
+    let state = keys::job::STATE.text(&job);
     let code = exit_code_of(&job);
     if state != "COMPLETED" && state != "FAILED" {
         say!(
             "[{}] job {id}: {state}: {}",
             stamp(),
-            get_str(&job, "detail")
+            keys::job::DETAIL.text(&job)
         );
     }
     Ok(code)
@@ -242,13 +243,13 @@ async fn forward(
             }
             _ = check.tick() => {
                 let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
-                if get_str(&job, "state") != "RUNNING" {
+                if keys::job::STATE.text(&job) != "RUNNING" {
                     break job;
                 }
             }
             _ = changes.wait_for(id) => {
                 let job = p.get_job(id).await.map_err(|e| explain(e, user))?;
-                if get_str(&job, "state") != "RUNNING" {
+                if keys::job::STATE.text(&job) != "RUNNING" {
                     break job;
                 }
             }

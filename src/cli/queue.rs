@@ -1,13 +1,14 @@
 //! `xqueue` and `xlurm show`: the queue as a table or JSON, or one job.
 
 use super::cancel::cancel;
-use super::client::{connect, explain, get, get_str, Dict};
+use super::client::{connect, explain, Dict};
 use super::format::{
     dict_to_json, duration, emit, json_text, local_time, push_duration, push_local_time,
 };
 use super::log::log;
 use super::{CancelArgs, LogArgs, QueueArgs};
 use crate::core::request::format_bytes;
+use crate::wire::keys;
 use crate::wire::queue::Line;
 use crate::wire::spec::entry;
 use anyhow::Result;
@@ -241,13 +242,13 @@ async fn starts(
         let Ok(d) = p.get_job(j.id).await else {
             continue;
         };
-        if get_str(&d, "state") != "PENDING" {
+        if keys::job::STATE.text(&d) != "PENDING" {
             continue;
         }
         rows.push(d);
     }
-    let prio = |d: &Dict| get::<i64>(d, "priority").unwrap_or(i64::MIN);
-    rows.sort_by_key(|d| (std::cmp::Reverse(prio(d)), get::<u64>(d, "id")));
+    let prio = |d: &Dict| keys::job::PRIORITY.get(d).unwrap_or(i64::MIN);
+    rows.sort_by_key(|d| (std::cmp::Reverse(prio(d)), keys::job::ID.get(d)));
     if json {
         let keys = [
             "id",
@@ -285,21 +286,21 @@ async fn starts(
         }
     };
     for d in &rows {
-        let at = get::<u64>(d, "estimated_start").unwrap_or(0);
-        let mut name = get_str(d, "name");
+        let at = keys::job::ESTIMATED_START.get(d).unwrap_or(0);
+        let mut name = keys::job::NAME.text(d);
         name.truncate(16);
         out.push_str(&format!(
             "{:>6} {:<10} {:<16} {:>9} {:<20} {:<20} {}\n",
-            get::<u64>(d, "id").unwrap_or(0),
-            get_str(d, "user"),
+            keys::job::ID.get(d).unwrap_or(0),
+            keys::job::USER.text(d),
             name,
             prio(d).max(0),
             when(at),
-            when(get::<u64>(d, "expected_start").unwrap_or(0)),
+            when(keys::job::EXPECTED_START.get(d).unwrap_or(0)),
             if at == 0 {
-                get_str(d, "estimate")
+                keys::job::ESTIMATE.text(d)
             } else {
-                get_str(d, "reason")
+                keys::job::REASON.text(d)
             }
         ));
     }
@@ -311,51 +312,51 @@ async fn starts(
 pub(super) fn job_text(job: &Dict) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let id = get::<u64>(job, "id").unwrap_or(0);
+    let id = keys::job::ID.get(job).unwrap_or(0);
     let mut line = |k: &str, v: String| {
         let _ = writeln!(out, "{k:>14}: {v}");
     };
     line("Job", id.to_string());
-    let array = get_str(job, "array");
+    let array = keys::job::ARRAY.text(job);
     if !array.is_empty() {
         line("Array", array);
     }
-    line("Name", get_str(job, "name"));
-    line("User", get_str(job, "user"));
-    line("State", get_str(job, "state"));
-    let reason = get_str(job, "reason");
+    line("Name", keys::job::NAME.text(job));
+    line("User", keys::job::USER.text(job));
+    line("State", keys::job::STATE.text(job));
+    let reason = keys::job::REASON.text(job);
     if !reason.is_empty() {
         line("Reason", reason);
     }
-    let dependency = get_str(job, "dependency");
+    let dependency = keys::job::DEPENDENCY.text(job);
     if !dependency.is_empty() {
         line("Dependency", dependency);
     }
-    match get::<u32>(job, "restart_count") {
+    match keys::job::RESTART_COUNT.get(job) {
         Some(n) if n > 0 => line("Restarts", format!("{n} (queued again after it was lost)")),
-        _ if get::<bool>(job, "requeue") == Some(true) => {
+        _ if keys::job::REQUEUE.get(job) == Some(true) => {
             line("Requeue", "yes (queued again if lost)".into())
         }
         _ => {}
     }
-    let hold = get_str(job, "hold");
+    let hold = keys::job::HOLD.text(job);
     if !hold.is_empty() {
         line("Hold", format!("{hold} (xlurm release {id})"));
     }
-    if let Some(p) = get::<i64>(job, "priority") {
-        let f = |k| get::<f64>(job, k).unwrap_or(0.0);
-        let nice = get::<i32>(job, "nice").unwrap_or(0);
+    if let Some(p) = keys::job::PRIORITY.get(job) {
+        let f = |k: keys::Key<f64>| k.get(job).unwrap_or(0.0);
+        let nice = keys::job::NICE.get(job).unwrap_or(0);
         line(
             "Priority",
             format!(
                 "{p} (fair share {:.3}, age {:.3}, nice {nice})",
-                f("fairshare"),
-                f("age")
+                f(keys::job::FAIRSHARE),
+                f(keys::job::AGE)
             ),
         );
     }
-    if let Some(at) = get::<u64>(job, "estimated_start") {
-        let why = get_str(job, "estimate");
+    if let Some(at) = keys::job::ESTIMATED_START.get(job) {
+        let why = keys::job::ESTIMATE.text(job);
         line(
             "EstStart",
             if at == 0 {
@@ -368,7 +369,7 @@ pub(super) fn job_text(job: &Dict) -> String {
             },
         );
     }
-    if let Some(at) = get::<u64>(job, "expected_start").filter(|at| *at > 0) {
+    if let Some(at) = keys::job::EXPECTED_START.get(job).filter(|at| *at > 0) {
         line(
             "Expected",
             format!(
@@ -377,12 +378,12 @@ pub(super) fn job_text(job: &Dict) -> String {
             ),
         );
     }
-    if let Some(argv) = get::<Vec<String>>(job, "argv") {
+    if let Some(argv) = keys::job::ARGV.get(job) {
         line("Command", argv.join(" "));
-        line("WorkDir", get_str(job, "cwd"));
+        line("WorkDir", keys::job::CWD.text(job));
     }
-    if let Some(o) = get::<String>(job, "output") {
-        let err = get_str(job, "output_error");
+    if let Some(o) = keys::job::OUTPUT.get(job) {
+        let err = keys::job::OUTPUT_ERROR.text(job);
         line(
             "Output",
             if err.is_empty() {
@@ -396,50 +397,50 @@ pub(super) fn job_text(job: &Dict) -> String {
         "Requested",
         format!(
             "{} CPUs, {}, devices {}",
-            get::<u32>(job, "cpus").unwrap_or(0),
-            format_bytes(get::<u64>(job, "mem").unwrap_or(0)),
-            get_str(job, "devices_requested")
+            keys::job::CPUS.get(job).unwrap_or(0),
+            format_bytes(keys::job::MEM.get(job).unwrap_or(0)),
+            keys::job::DEVICES_REQUESTED.text(job)
         ),
     );
-    if let Some(cpus) = get::<String>(job, "alloc_cpus") {
+    if let Some(cpus) = keys::job::ALLOC_CPUS.get(job) {
         line(
             "Allocated",
             format!(
                 "CPUs {cpus}, memory nodes {}, devices {}",
-                get_str(job, "alloc_mem_nodes"),
-                get_str(job, "devices")
+                keys::job::ALLOC_MEM_NODES.text(job),
+                keys::job::DEVICES.text(job)
             ),
         );
     }
     line(
         "Submitted",
-        local_time(get::<u64>(job, "submit_time").unwrap_or(0), true),
+        local_time(keys::job::SUBMIT_TIME.get(job).unwrap_or(0), true),
     );
     line(
         "Started",
-        local_time(get::<u64>(job, "start_time").unwrap_or(0), true),
+        local_time(keys::job::START_TIME.get(job).unwrap_or(0), true),
     );
     line(
         "Ended",
-        local_time(get::<u64>(job, "end_time").unwrap_or(0), true),
+        local_time(keys::job::END_TIME.get(job).unwrap_or(0), true),
     );
-    if let Some(c) = get::<i32>(job, "exit_code") {
+    if let Some(c) = keys::job::EXIT_CODE.get(job) {
         line("Exit code", c.to_string());
     }
-    let detail = get_str(job, "detail");
+    let detail = keys::job::DETAIL.text(job);
     if !detail.is_empty() {
         line("Detail", detail);
     }
-    if let Some(n) = get::<u64>(job, "cpu_nsec") {
+    if let Some(n) = keys::job::CPU_NSEC.get(job) {
         line("CPU time", duration(n / 1_000_000_000));
     }
-    if let Some(n) = get::<u64>(job, "memory_peak") {
+    if let Some(n) = keys::job::MEMORY_PEAK.get(job) {
         line("Memory peak", format_bytes(n));
     }
     if let Some(e) = crate::cli::format::efficiency(job) {
         line("Efficiency", e);
     }
-    let unit = get_str(job, "unit");
+    let unit = keys::job::UNIT.text(job);
     line("Unit", unit.clone());
     line(
         "See",

@@ -1,10 +1,11 @@
 //! `xrun`: submits a job, follows it to its end, prints its output, and
 //! exits with its exit code.
 
-use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
+use super::client::{connect, explain, Dict, SchedulerProxy};
 use super::follow::{say, stamp, stdout_closed, LogStream, Stops};
 use super::submit::{output_of, spec_from, submit_with_output};
 use super::SubmitArgs;
+use crate::wire::keys;
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ pub const EXIT_OOM: i32 = 137;
 
 /// Exit code for a finished job as `xrun` reports it.
 pub fn exit_code_of(job: &Dict) -> i32 {
-    get::<i32>(job, "exit_code").unwrap_or(1)
+    keys::job::EXIT_CODE.get(job).unwrap_or(1)
 }
 
 pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
@@ -65,8 +66,8 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
             }
             continue;
         };
-        let state = get_str(&job, "state");
-        if get::<u64>(&job, "start_time").unwrap_or(0) > 0 && state == "RUNNING" {
+        let state = keys::job::STATE.text(&job);
+        if keys::job::START_TIME.get(&job).unwrap_or(0) > 0 && state == "RUNNING" {
             if !said_started {
                 say!("[{}] job {id}: Task started.", stamp());
                 said_started = true;
@@ -92,7 +93,7 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                     say!(
                         "[{}] job {id}: Waiting for resources... {}",
                         stamp(),
-                        get_str(&job, "reason")
+                        keys::job::REASON.text(&job)
                     );
                     said_waiting = true;
                 }
@@ -104,14 +105,14 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                 }
             }
             _ => {
-                if !said_started && get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                if !said_started && keys::job::START_TIME.get(&job).unwrap_or(0) > 0 {
                     say!("[{}] job {id}: Task started.", stamp());
                 }
-                if get::<u64>(&job, "start_time").unwrap_or(0) > 0 {
+                if keys::job::START_TIME.get(&job).unwrap_or(0) > 0 {
                     stream.drain(&p, id, user).await?;
                 }
                 let code = exit_code_of(&job);
-                let detail = get_str(&job, "detail");
+                let detail = keys::job::DETAIL.text(&job);
                 if state != "COMPLETED" && state != "FAILED"
                     || !detail.is_empty() && state == "FAILED"
                 {
@@ -120,10 +121,11 @@ pub(super) async fn run(a: SubmitArgs, user: bool) -> Result<i32> {
                     say!("[{}] job {id}: {state} (exit {code})", stamp());
                 }
                 // Worth a line for a job with accelerators, or a long one.
-                let ran = get::<u64>(&job, "end_time")
+                let ran = keys::job::END_TIME
+                    .get(&job)
                     .unwrap_or(0)
-                    .saturating_sub(get::<u64>(&job, "start_time").unwrap_or(0));
-                let gpu = get::<f64>(&job, "gpu_util_mean").is_some();
+                    .saturating_sub(keys::job::START_TIME.get(&job).unwrap_or(0));
+                let gpu = keys::job::GPU_UTIL_MEAN.get(&job).is_some();
                 if gpu || ran >= 60_000_000 {
                     if let Some(e) = crate::cli::format::efficiency(&job) {
                         say!("[{}] job {id}: efficiency: {e}", stamp());

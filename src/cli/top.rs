@@ -15,7 +15,8 @@
 
 mod view;
 
-use super::client::{connect, explain, get, get_str, Dict, SchedulerProxy};
+use super::client::{connect, explain, Dict, SchedulerProxy};
+use crate::wire::keys;
 use anyhow::Result;
 use std::collections::BTreeMap;
 pub use view::{draw, text};
@@ -63,26 +64,28 @@ impl Job {
 
     /// From `GetJob`'s dict.
     pub fn of_dict(d: &Dict) -> Job {
-        let devices =
-            get::<String>(d, "devices").unwrap_or_else(|| get_str(d, "devices_requested"));
-        let expected = get::<u64>(d, "expected_start")
+        let devices = keys::job::DEVICES
+            .get(d)
+            .unwrap_or_else(|| keys::job::DEVICES_REQUESTED.text(d));
+        let expected = keys::job::EXPECTED_START
+            .get(d)
             .filter(|t| *t > 0)
-            .or_else(|| get::<u64>(d, "estimated_start").filter(|t| *t > 0))
+            .or_else(|| keys::job::ESTIMATED_START.get(d).filter(|t| *t > 0))
             .map(|s| s * 1_000_000);
         Job {
-            id: get::<u64>(d, "id").unwrap_or(0),
-            uid: get::<u32>(d, "uid").unwrap_or(0),
-            user: get_str(d, "user"),
-            name: get_str(d, "name"),
-            state: get_str(d, "state"),
-            reason: get_str(d, "reason"),
-            submit: get::<u64>(d, "submit_time").unwrap_or(0),
-            start: get::<u64>(d, "start_time").unwrap_or(0),
-            limit: get::<u64>(d, "time_limit").unwrap_or(0),
-            cpus: get::<u32>(d, "cpus").unwrap_or(0),
-            mem: get::<u64>(d, "mem").unwrap_or(0),
+            id: keys::job::ID.get(d).unwrap_or(0),
+            uid: keys::job::UID.get(d).unwrap_or(0),
+            user: keys::job::USER.text(d),
+            name: keys::job::NAME.text(d),
+            state: keys::job::STATE.text(d),
+            reason: keys::job::REASON.text(d),
+            submit: keys::job::SUBMIT_TIME.get(d).unwrap_or(0),
+            start: keys::job::START_TIME.get(d).unwrap_or(0),
+            limit: keys::job::TIME_LIMIT.get(d).unwrap_or(0),
+            cpus: keys::job::CPUS.get(d).unwrap_or(0),
+            mem: keys::job::MEM.get(d).unwrap_or(0),
             devices,
-            gpu_util: get::<f64>(d, "gpu_util_mean"),
+            gpu_util: keys::job::GPU_UTIL_MEAN.get(d),
             expected,
         }
     }

@@ -1,9 +1,10 @@
 //! `xlurm usage`: a usage report from the accounting log (`GetUsage`), like
 //! `sacct`/`sreport`: per user and per day, week or month.
 
-use super::client::{connect, explain, get, get_str, Dict};
+use super::client::{connect, explain, Dict};
 use super::format::{duration, emit};
 use crate::core::request::format_bytes;
+use crate::wire::keys;
 use anyhow::{bail, Result};
 use std::fmt::Write;
 
@@ -50,7 +51,8 @@ pub fn parse_when(text: &str, now: u64, offset: i32) -> Result<u64> {
 const SHOWN: [&str; 3] = ["COMPLETED", "FAILED", "CANCELLED"];
 
 fn state_count(row: &Dict, state: &str) -> u64 {
-    get::<std::collections::HashMap<String, u64>>(row, "states")
+    keys::usage::STATES
+        .get(row)
         .and_then(|m| m.get(state).copied())
         .unwrap_or(0)
 }
@@ -76,12 +78,12 @@ pub fn table(rows: &[Dict]) -> String {
         "GPU%"
     );
     for r in rows {
-        let jobs = get::<u64>(r, "jobs").unwrap_or(0);
+        let jobs = keys::usage::JOBS.get(r).unwrap_or(0);
         let shown: u64 = SHOWN.iter().map(|s| state_count(r, s)).sum();
         let mem = match (
-            get::<u64>(r, "mem_peak_p50"),
-            get::<u64>(r, "mem_peak_p90"),
-            get::<u64>(r, "mem_peak_max"),
+            keys::usage::MEM_PEAK_P50.get(r),
+            keys::usage::MEM_PEAK_P90.get(r),
+            keys::usage::MEM_PEAK_MAX.get(r),
         ) {
             (Some(a), Some(b), Some(c)) => {
                 format!(
@@ -96,19 +98,19 @@ pub fn table(rows: &[Dict]) -> String {
         let _ = writeln!(
             out,
             "{:<10} {:<10} {:>6} {:>9} {:>6} {:>9} {:>5} {:>9.1} {:>9.1} {:>8.1} {:>10} {:>20} {:>5}",
-            get_str(r, "period"),
-            get_str(r, "user"),
+            keys::usage::PERIOD.text(r),
+            keys::usage::USER.text(r),
             jobs,
             state_count(r, "COMPLETED"),
             state_count(r, "FAILED"),
             state_count(r, "CANCELLED"),
             jobs.saturating_sub(shown),
-            get::<f64>(r, "cpu_hours").unwrap_or(0.0),
-            get::<f64>(r, "cpu_used_hours").unwrap_or(0.0),
-            get::<f64>(r, "gpu_hours").unwrap_or(0.0),
-            get::<u32>(r, "wait_median").map_or("-".into(), |w| duration(u64::from(w))),
+            keys::usage::CPU_HOURS.get(r).unwrap_or(0.0),
+            keys::usage::CPU_USED_HOURS.get(r).unwrap_or(0.0),
+            keys::usage::GPU_HOURS.get(r).unwrap_or(0.0),
+            keys::usage::WAIT_MEDIAN.get(r).map_or("-".into(), |w| duration(u64::from(w))),
             mem,
-            get::<f64>(r, "gpu_util").map_or("-".into(), |u| format!("{u:.0}")),
+            keys::usage::GPU_UTIL.get(r).map_or("-".into(), |u| format!("{u:.0}")),
         );
     }
     out
@@ -121,28 +123,28 @@ pub fn csv(rows: &[Dict]) -> String {
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for r in rows {
-        let jobs = get::<u64>(r, "jobs").unwrap_or(0);
+        let jobs = keys::usage::JOBS.get(r).unwrap_or(0);
         let shown: u64 = SHOWN.iter().map(|s| state_count(r, s)).sum();
         // User names are login names: no commas or quotes to escape.
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{}",
-            get_str(r, "period"),
-            get_str(r, "user"),
-            get::<u32>(r, "uid").unwrap_or(0),
+            keys::usage::PERIOD.text(r),
+            keys::usage::USER.text(r),
+            keys::usage::UID.get(r).unwrap_or(0),
             jobs,
             state_count(r, "COMPLETED"),
             state_count(r, "FAILED"),
             state_count(r, "CANCELLED"),
             jobs.saturating_sub(shown),
-            get::<f64>(r, "cpu_hours").unwrap_or(0.0),
-            get::<f64>(r, "cpu_used_hours").unwrap_or(0.0),
-            get::<f64>(r, "gpu_hours").unwrap_or(0.0),
-            opt(get::<u32>(r, "wait_median").map(|w| w.to_string())),
-            opt(get::<u64>(r, "mem_peak_p50").map(|v| v.to_string())),
-            opt(get::<u64>(r, "mem_peak_p90").map(|v| v.to_string())),
-            opt(get::<u64>(r, "mem_peak_max").map(|v| v.to_string())),
-            opt(get::<f64>(r, "gpu_util").map(|v| format!("{v:.1}"))),
+            keys::usage::CPU_HOURS.get(r).unwrap_or(0.0),
+            keys::usage::CPU_USED_HOURS.get(r).unwrap_or(0.0),
+            keys::usage::GPU_HOURS.get(r).unwrap_or(0.0),
+            opt(keys::usage::WAIT_MEDIAN.get(r).map(|w| w.to_string())),
+            opt(keys::usage::MEM_PEAK_P50.get(r).map(|v| v.to_string())),
+            opt(keys::usage::MEM_PEAK_P90.get(r).map(|v| v.to_string())),
+            opt(keys::usage::MEM_PEAK_MAX.get(r).map(|v| v.to_string())),
+            opt(keys::usage::GPU_UTIL.get(r).map(|v| format!("{v:.1}"))),
         );
     }
     out

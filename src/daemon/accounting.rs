@@ -5,6 +5,7 @@
 //! own retention. `xlurm usage` reports over it (`GetUsage`).
 
 use crate::core::accounting::{civil, Record, RECORD_BYTES};
+use crate::wire::keys;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -247,37 +248,32 @@ pub fn usage_rows(
     period: crate::core::accounting::Period,
     name: impl Fn(u32) -> String,
 ) -> Vec<crate::wire::dict::Dict> {
-    use crate::wire::dict::put;
     rows.iter()
         .map(|r| {
             let mut m = crate::wire::dict::Dict::new();
-            put(
-                &mut m,
-                "period",
-                crate::core::accounting::label(period, r.day),
-            );
-            put(&mut m, "uid", r.uid);
-            put(&mut m, "user", name(r.uid));
-            put(&mut m, "jobs", r.jobs());
+            keys::usage::PERIOD.put(&mut m, crate::core::accounting::label(period, r.day));
+            keys::usage::UID.put(&mut m, r.uid);
+            keys::usage::USER.put(&mut m, name(r.uid));
+            keys::usage::JOBS.put(&mut m, r.jobs());
             let states: std::collections::HashMap<String, u64> = r
                 .states
                 .iter()
                 .map(|(s, n)| (state_name(*s).to_string(), *n))
                 .collect();
-            put(&mut m, "states", states);
-            put(&mut m, "cpu_hours", r.cpu_hours);
-            put(&mut m, "cpu_used_hours", r.cpu_used_hours);
-            put(&mut m, "gpu_hours", r.gpu_hours);
+            keys::usage::STATES.put(&mut m, states);
+            keys::usage::CPU_HOURS.put(&mut m, r.cpu_hours);
+            keys::usage::CPU_USED_HOURS.put(&mut m, r.cpu_used_hours);
+            keys::usage::GPU_HOURS.put(&mut m, r.gpu_hours);
             if let Some(w) = r.wait_median {
-                put(&mut m, "wait_median", w);
+                keys::usage::WAIT_MEDIAN.put(&mut m, w);
             }
             if let (Some(p50), Some(p90), Some(max)) = (r.mem_p50, r.mem_p90, r.mem_max) {
-                put(&mut m, "mem_peak_p50", p50);
-                put(&mut m, "mem_peak_p90", p90);
-                put(&mut m, "mem_peak_max", max);
+                keys::usage::MEM_PEAK_P50.put(&mut m, p50);
+                keys::usage::MEM_PEAK_P90.put(&mut m, p90);
+                keys::usage::MEM_PEAK_MAX.put(&mut m, max);
             }
             if let Some(u) = r.gpu_util {
-                put(&mut m, "gpu_util", u);
+                keys::usage::GPU_UTIL.put(&mut m, u);
             }
             m
         })

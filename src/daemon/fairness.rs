@@ -6,6 +6,7 @@
 use super::options::Options;
 use super::startup::Refusal;
 use crate::core::{PriorityConfig, PriorityMode, UserLimit, UserLimits};
+use crate::wire::keys;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -228,20 +229,19 @@ pub fn put_schedule(
     job: &super::job::Job,
     sched: &crate::core::Scheduler,
 ) {
-    use crate::wire::dict::put;
-    put(m, "nice", job.nice);
+    keys::job::NICE.put(m, job.nice);
     let now = crate::wire::time::now_usec() / 1_000_000;
     if let Some(p) = sched.priority(job.id, now) {
-        put(m, "priority", p.priority);
-        put(m, "fairshare", p.fairshare);
-        put(m, "age", p.age);
+        keys::job::PRIORITY.put(m, p.priority);
+        keys::job::FAIRSHARE.put(m, p.fairshare);
+        keys::job::AGE.put(m, p.age);
     }
     // One walk of the queue for both.
     if let Some((bound, expected)) = sched.starts(job.id, now) {
         let (at, why) = explained(bound);
-        put(m, "estimated_start", at);
-        put(m, "estimate", why);
-        put(m, "expected_start", expected.time().unwrap_or(0));
+        keys::job::ESTIMATED_START.put(m, at);
+        keys::job::ESTIMATE.put(m, why);
+        keys::job::EXPECTED_START.put(m, expected.time().unwrap_or(0));
     }
 }
 
@@ -270,17 +270,16 @@ fn explained(e: crate::core::estimate::Estimate) -> (u64, String) {
 
 /// `GetShares`: one a{sv} per user of `rows`, named.
 pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<crate::wire::dict::Dict> {
-    use crate::wire::dict::put;
     rows.into_iter()
         .map(|r| {
             let mut m = crate::wire::dict::Dict::new();
-            put(&mut m, "uid", r.uid);
-            put(&mut m, "user", super::service::user_name(r.uid).0);
-            put(&mut m, "shares", r.raw_shares);
-            put(&mut m, "norm_shares", r.norm_shares);
-            put(&mut m, "usage", r.raw_usage);
-            put(&mut m, "effective_usage", r.effective_usage);
-            put(&mut m, "fair_share", r.fair_share);
+            keys::share::UID.put(&mut m, r.uid);
+            keys::share::USER.put(&mut m, super::service::user_name(r.uid).0);
+            keys::share::SHARES.put(&mut m, r.raw_shares);
+            keys::share::NORM_SHARES.put(&mut m, r.norm_shares);
+            keys::share::USAGE.put(&mut m, r.raw_usage);
+            keys::share::EFFECTIVE_USAGE.put(&mut m, r.effective_usage);
+            keys::share::FAIR_SHARE.put(&mut m, r.fair_share);
             m
         })
         .collect()
@@ -291,21 +290,20 @@ pub fn shares(rows: Vec<crate::core::fairshare::ShareRow>) -> Vec<crate::wire::d
 /// `group`, `default`) and `text` (the line `xinfo` prints).
 pub fn standing(limits: &[crate::core::Standing]) -> Vec<crate::wire::dict::Dict> {
     use crate::core::Scope;
-    use crate::wire::dict::put;
     limits
         .iter()
         .map(|l| {
             let mut m = crate::wire::dict::Dict::new();
-            put(&mut m, "resource", l.label());
-            put(&mut m, "used", l.used);
-            put(&mut m, "limit", l.limit);
+            keys::standing::RESOURCE.put(&mut m, l.label());
+            keys::standing::USED.put(&mut m, l.used);
+            keys::standing::LIMIT.put(&mut m, l.limit);
             let scope = match l.scope {
                 Scope::User(_) => "user",
                 Scope::Group(_) => "group",
                 Scope::Default => "default",
             };
-            put(&mut m, "scope", scope);
-            put(&mut m, "text", l.to_string());
+            keys::standing::SCOPE.put(&mut m, scope.into());
+            keys::standing::TEXT.put(&mut m, l.to_string());
             m
         })
         .collect()

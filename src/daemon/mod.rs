@@ -15,6 +15,7 @@ pub mod output;
 pub mod pty;
 pub mod serve;
 pub mod service;
+pub mod settings;
 pub mod spec;
 pub mod startup;
 pub mod store;

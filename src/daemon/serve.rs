@@ -3,58 +3,16 @@
 //! collector, device polls, recheck) until dropped.
 
 use super::bus::api::{SchedulerApi, BUS_NAME, PATH};
-use super::service::{Daemon, Settings, State};
+use super::service::{Daemon, State};
+pub use super::settings::ServeConfig;
+use super::settings::Settings;
 use super::startup::Refusal;
 use super::store::Store;
-use super::systemd::unit::{MemoryNodesChoice, UnitSettings};
 use super::systemd::{Systemd, Units};
-use crate::core::{Limits, Machine, Policy, Scheduler};
-use std::path::{Path, PathBuf};
+use crate::core::Scheduler;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Everything `serve` needs that does not come from the bus.
-pub struct ServeConfig {
-    /// The `xlurm` binary whose `__tee-output` runs jobs with `--output`.
-    pub tee_path: String,
-    /// How long a finished job's D-Bus object stays on the bus.
-    pub object_linger: Duration,
-    pub machine: Machine,
-    pub accel: Vec<crate::accel::Active>,
-    pub policy: Policy,
-    pub limits: Limits,
-    /// The order pending jobs are served in (`--priority`, `--fairshare-half-life`).
-    pub priority: crate::core::PriorityConfig,
-    /// Per-user limits (`--user-limits`); those set live and kept in the
-    /// state directory win.
-    pub user_limits: crate::core::UserLimits,
-    /// `--gate`: the accelerator gate's setting unless one was set live.
-    pub gate: bool,
-    /// `--gate-exempt`: the services let through the gate.
-    pub gate_exempt: Vec<String>,
-    /// `--idle-gpu-below`, `--idle-gpu-after`.
-    pub idle_gpu: crate::core::IdleRule,
-    pub state_dir: PathBuf,
-    pub settings_user_mode: bool,
-    /// `--memory-nodes`, resolved against systemd's version in `serve`.
-    pub memory_nodes: MemoryNodesChoice,
-    pub slice: String,
-    /// What each user's pending jobs may hold.
-    pub budget: crate::core::Budget,
-    pub retention_secs: u64,
-    /// `--accounting-retention`.
-    pub accounting_retention_secs: u64,
-    /// Between SIGTERM and SIGKILL when a job is stopped (`--cancel-grace`).
-    pub cancel_grace: Duration,
-    pub list_is_public: bool,
-    /// The `journalctl` to read job output and unit history with (tests use a double).
-    pub journalctl: String,
-    /// How often running jobs' units are checked besides their signals.
-    pub recheck: Duration,
-    /// The cgroup directory of the jobs' slice, to read running jobs' memory
-    /// peak from (`Daemon::sample_memory_peaks`); `None`: systemd's figure only.
-    pub job_cgroups: Option<PathBuf>,
-}
 
 /// A serving daemon; dropping it stops its tasks (jobs keep running).
 pub struct Served {
@@ -124,6 +82,7 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
     if let Some(w) = &loaded.warning {
         tracing::error!("{w}");
     }
+    let settings = Settings::of(&cfg, store.script_dir(), nodev_slice, memory_nodes);
     let mut sched = Scheduler::with_priority(cfg.machine, cfg.policy, cfg.limits, cfg.priority);
     // Limits set live (kept in the state directory) win over the file's.
     let user_limits = match super::fairness::load_user_limits(&cfg.state_dir) {
@@ -138,24 +97,6 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
         // Usage only orders the queue: start without it rather than not at all.
         Err(e) => tracing::error!("{e:#}; fair share starts from no usage"),
     }
-    let settings = Settings {
-        unit: UnitSettings {
-            slice: cfg.slice.clone(),
-            nodev_slice,
-            user_mode: cfg.settings_user_mode,
-            script_dir: store.script_dir(),
-            stop_timeout_usec: u64::try_from(cfg.cancel_grace.as_micros()).unwrap_or(u64::MAX),
-            tee_path: cfg.tee_path.clone(),
-            memory_nodes,
-        },
-        budget: cfg.budget,
-        retention_secs: cfg.retention_secs,
-        accounting_retention_secs: cfg.accounting_retention_secs,
-        list_is_public: cfg.list_is_public,
-        journalctl: cfg.journalctl.clone(),
-        idle: cfg.idle_gpu,
-        object_linger: cfg.object_linger,
-    };
     let state = State::new(sched, loaded, store);
     let (daemon, changes) = Daemon::new(state, settings, systemd.clone(), cfg.accel);
     // What was just set, read back (and kept so: every recheck).

@@ -8,10 +8,13 @@
 //! - `bus`: which bus errors mean the other side was briefly away.
 //! - `time`: the clock, in the bus's unit (microseconds since the epoch).
 //! - `dict`: the `a{sv}` both sides build and read (`Dict`, `put`).
+//! - `keys`: every reply key with the type of its value (`Key`), one module
+//!   per reply.
 
 pub mod bus;
 pub mod dict;
 pub mod error;
+pub mod keys;
 pub mod pty;
 pub mod queue;
 pub mod spec;

@@ -2,8 +2,8 @@
 //! pending tables, full screen (`draw`) or once as text (`text`).
 
 use super::{Job, Model, Ui};
-use crate::cli::client::{get, get_str, Dict};
 use crate::core::request::format_bytes;
+use crate::wire::keys;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
@@ -17,20 +17,21 @@ pub(super) fn hms(secs: u64) -> String {
 
 /// The NUMA nodes' lines.
 pub(super) fn node_rows(m: &Model) -> Vec<[String; 3]> {
-    get::<Vec<Dict>>(&m.machine, "nodes")
+    keys::machine::NODES
+        .get(&m.machine)
         .unwrap_or_default()
         .iter()
         .map(|n| {
-            let count = |k: &str| {
-                crate::core::CpuSet::parse_list(&get_str(n, k))
+            let count = |k: keys::Key<String>| {
+                crate::core::CpuSet::parse_list(&k.text(n))
                     .map(|s| s.len())
                     .unwrap_or(0)
             };
-            let (cpus, free) = (count("cpus"), count("cpus_free"));
-            let mem = get::<u64>(n, "mem").unwrap_or(0);
-            let mem_free = get::<u64>(n, "mem_free").unwrap_or(0);
+            let (cpus, free) = (count(keys::node::CPUS), count(keys::node::CPUS_FREE));
+            let mem = keys::node::MEM.get(n).unwrap_or(0);
+            let mem_free = keys::node::MEM_FREE.get(n).unwrap_or(0);
             [
-                get::<u32>(n, "id").unwrap_or(0).to_string(),
+                keys::node::ID.get(n).unwrap_or(0).to_string(),
                 format!("{}/{}", cpus - free.min(cpus), cpus),
                 format!(
                     "{}/{}",
@@ -44,23 +45,29 @@ pub(super) fn node_rows(m: &Model) -> Vec<[String; 3]> {
 
 /// The accelerators' lines.
 pub(super) fn device_rows(m: &Model) -> Vec<[String; 4]> {
-    get::<Vec<Dict>>(&m.machine, "devices")
+    keys::machine::DEVICES
+        .get(&m.machine)
         .unwrap_or_default()
         .iter()
         .map(|d| {
             let id = format!(
                 "{}:{}",
-                get_str(d, "vendor"),
-                get::<u32>(d, "index").unwrap_or(0)
+                keys::device::VENDOR.text(d),
+                keys::device::INDEX.get(d).unwrap_or(0)
             );
-            let util = get::<u32>(d, "util_pct").map_or("-".into(), |u| format!("{u}%"));
-            let mem = match (get::<u64>(d, "mem_used"), get::<u64>(d, "mem_total")) {
+            let util = keys::device::UTIL_PCT
+                .get(d)
+                .map_or("-".into(), |u| format!("{u}%"));
+            let mem = match (
+                keys::device::MEM_USED.get(d),
+                keys::device::MEM_TOTAL.get(d),
+            ) {
                 (Some(u), Some(t)) => format!("{}/{}", format_bytes(u), format_bytes(t)),
                 _ => "-".into(),
             };
-            let job = get::<u64>(d, "job").unwrap_or(0);
-            let health = get_str(d, "health");
-            let holder = if get::<bool>(d, "disabled").unwrap_or(false) {
+            let job = keys::device::JOB.get(d).unwrap_or(0);
+            let health = keys::device::HEALTH.text(d);
+            let holder = if keys::device::DISABLED.get(d).unwrap_or(false) {
                 "disabled".to_string()
             } else if job > 0 {
                 let user = m.jobs.get(&job).map_or("", |j| j.user.as_str());
@@ -108,7 +115,7 @@ pub(super) fn header(m: &Model, ui: &Ui) -> String {
     let (run, wait) = m.listed(ui);
     format!(
         "xlurm top  {}  {} running, {} pending{}  sort {}  keys q s m Enter c",
-        get_str(&m.machine, "policy"),
+        keys::machine::POLICY.text(&m.machine),
         run.len(),
         wait.len(),
         if ui.mine { " (yours)" } else { "" },

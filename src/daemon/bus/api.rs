@@ -10,8 +10,8 @@ use crate::daemon::bus::caller::{take_output, take_pty};
 use crate::daemon::job::Hold;
 use crate::daemon::service::Daemon;
 use crate::daemon::spec;
-use crate::wire::dict::put;
 use crate::wire::error::ApiError;
+use crate::wire::keys;
 use crate::wire::queue::JobSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,7 +52,9 @@ fn wire_now() -> u64 {
 
 #[zbus::interface(name = "org.xlurm.Scheduler1")]
 impl SchedulerApi {
-    /// Queues one job. Returns its ID and what it was given (memory budget).
+    /// Queues one job. Returns its ID and what it was given: `mem` (t, its
+    /// memory budget), `mem_default` (b, the budget is the default) and
+    /// `gpus_default` (b, it got one accelerator by default).
     #[zbus(out_args("id", "info"))]
     async fn submit(
         &self,
@@ -73,9 +75,9 @@ impl SchedulerApi {
             .remove(0);
         self.listen(&hdr, s.id);
         let mut info = Dict::new();
-        put(&mut info, "mem", s.mem_bytes);
-        put(&mut info, "mem_default", s.mem_default);
-        put(&mut info, "gpus_default", s.gpus_defaulted);
+        keys::submitted::MEM.put(&mut info, s.mem_bytes);
+        keys::submitted::MEM_DEFAULT.put(&mut info, s.mem_default);
+        keys::submitted::GPUS_DEFAULT.put(&mut info, s.gpus_defaulted);
         Ok((s.id, info))
     }
 

@@ -3,12 +3,13 @@
 //! caller's standing against the per-user limits (documented in `dbus/`).
 
 use crate::daemon::service::State;
-use crate::wire::dict::{put, Dict};
+use crate::wire::dict::Dict;
+use crate::wire::keys::{device, machine, node, weights, Key};
 
 /// What the reply tells besides the state's tables.
 pub struct About {
     /// xlurmd's counters since it started (`Counters::read`).
-    pub counters: [(&'static str, u64); 5],
+    pub counters: [(Key<u64>, u64); 5],
     /// Whether the accelerator gate is on.
     pub gate: bool,
     /// The caller, for its per-user limits.
@@ -27,15 +28,11 @@ pub fn machine_dict(st: &State, shown: impl Fn(u64) -> bool, about: &About) -> D
         .enumerate()
         .map(|(i, n)| {
             let mut d = Dict::new();
-            put(&mut d, "id", n.id);
-            put(&mut d, "cpus", n.cpus.to_list());
-            put(
-                &mut d,
-                "cpus_free",
-                free.cpus.intersection(&n.cpus).to_list(),
-            );
-            put(&mut d, "mem", n.mem_bytes);
-            put(&mut d, "mem_free", free.mem.get(i).copied().unwrap_or(0));
+            node::ID.put(&mut d, n.id);
+            node::CPUS.put(&mut d, n.cpus.to_list());
+            node::CPUS_FREE.put(&mut d, free.cpus.intersection(&n.cpus).to_list());
+            node::MEM.put(&mut d, n.mem_bytes);
+            node::MEM_FREE.put(&mut d, free.mem.get(i).copied().unwrap_or(0));
             d
         })
         .collect();
@@ -45,11 +42,11 @@ pub fn machine_dict(st: &State, shown: impl Fn(u64) -> bool, about: &About) -> D
         .enumerate()
         .map(|(slot, dev)| {
             let mut d = Dict::new();
-            put(&mut d, "vendor", dev.vendor.short());
-            put(&mut d, "index", dev.index);
-            put(&mut d, "uuid", dev.uuid.clone());
-            put(&mut d, "numa_node", dev.numa_node.map_or(-1, |n| n as i32));
-            put(&mut d, "disabled", dev.disabled);
+            device::VENDOR.put(&mut d, dev.vendor.short().into());
+            device::INDEX.put(&mut d, dev.index);
+            device::UUID.put(&mut d, dev.uuid.clone());
+            device::NUMA_NODE.put(&mut d, dev.numa_node.map_or(-1, |n| n as i32));
+            device::DISABLED.put(&mut d, dev.disabled);
             let (health, err) = match &dev.health {
                 crate::core::Health::Ok => ("ok".to_string(), String::new()),
                 crate::core::Health::Busy { processes } => {
@@ -60,50 +57,44 @@ pub fn machine_dict(st: &State, shown: impl Fn(u64) -> bool, about: &About) -> D
                     ("unhealthy".to_string(), error.clone())
                 }
             };
-            put(&mut d, "health", health);
-            put(&mut d, "monitoring_error", err);
+            device::HEALTH.put(&mut d, health);
+            device::MONITORING_ERROR.put(&mut d, err);
             if let Some(u) = dev.load.util_pct {
-                put(&mut d, "util_pct", u32::from(u));
+                device::UTIL_PCT.put(&mut d, u32::from(u));
             }
             if let (Some(used), Some(total)) = (dev.load.mem_used, dev.load.mem_total) {
-                put(&mut d, "mem_used", used);
-                put(&mut d, "mem_total", total);
+                device::MEM_USED.put(&mut d, used);
+                device::MEM_TOTAL.put(&mut d, total);
             }
-            put(
+            device::JOB.put(
                 &mut d,
-                "job",
                 st.sched.holder(slot).filter(|id| shown(*id)).unwrap_or(0),
             );
             d
         })
         .collect();
     let mut out = Dict::new();
-    put(&mut out, "nodes", nodes);
-    put(&mut out, "devices", devices);
-    put(&mut out, "policy", st.sched.policy().name());
-    put(&mut out, "max_running", st.sched.limits().max_running);
-    put(
-        &mut out,
-        "max_lifetime",
-        st.sched.limits().max_lifetime_secs,
-    );
-    put(&mut out, "min_job_mem", st.sched.limits().min_job_mem);
+    machine::NODES.put(&mut out, nodes);
+    machine::DEVICES.put(&mut out, devices);
+    machine::POLICY.put(&mut out, st.sched.policy().name().into());
+    machine::MAX_RUNNING.put(&mut out, st.sched.limits().max_running);
+    machine::MAX_LIFETIME.put(&mut out, st.sched.limits().max_lifetime_secs);
+    machine::MIN_JOB_MEM.put(&mut out, st.sched.limits().min_job_mem);
     for (key, n) in about.counters {
-        put(&mut out, key, n);
+        key.put(&mut out, n);
     }
     let (pending, running) = st.counts();
-    put(&mut out, "pending", pending as u32);
-    put(&mut out, "running", running as u32);
+    machine::PENDING.put(&mut out, pending as u32);
+    machine::RUNNING.put(&mut out, running as u32);
     let w = st.sched.usage_weights();
     let mut weights = Dict::new();
-    put(&mut weights, "cpu", w.cpu);
-    put(&mut weights, "gpu", w.gpu);
-    put(&mut weights, "mem_gib", w.mem_gib);
-    put(&mut out, "usage_weights", weights);
-    put(&mut out, "gate", about.gate);
-    put(
+    weights::CPU.put(&mut weights, w.cpu);
+    weights::GPU.put(&mut weights, w.gpu);
+    weights::MEM_GIB.put(&mut weights, w.mem_gib);
+    machine::USAGE_WEIGHTS.put(&mut out, weights);
+    machine::GATE.put(&mut out, about.gate);
+    machine::LIMITS.put(
         &mut out,
-        "limits",
         crate::daemon::fairness::standing(&st.sched.standing(about.owner)),
     );
     out

@@ -7,11 +7,12 @@ use super::job::{Brief, Briefs, Command, Heard, Job, JobState, Outcome, Strings,
 use super::spec::Spec;
 use super::store::{Loaded, Store};
 use super::systemd::outcome::{classify, UnitStatus};
-use super::systemd::unit::{self, RunAs, UnitSettings};
+use super::systemd::unit::{self, RunAs};
 use super::systemd::{Systemd, Units};
 use crate::core::{JobId, Scheduler};
 use crate::wire::bus::transient;
 use crate::wire::error::{ApiError, ApiResult};
+use crate::wire::keys::{machine, Key};
 use crate::wire::time::now_usec;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ mod submit;
 mod update;
 mod views;
 
+pub use crate::daemon::settings::Settings;
 pub use access::{no_such_job, owns, sight, Sight};
 pub(crate) use accounts::user_name;
 use accounts::ACCOUNT_REUSE;
@@ -48,25 +50,6 @@ pub use submit::{Submitted, GPU_DEFAULT_HINT};
 
 /// How often a job's unit is started again after systemd lost its start job.
 pub const MAX_RELAUNCHES: u8 = 3;
-
-/// Settings that do not change while the daemon runs.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub unit: UnitSettings,
-    /// What each user's pending jobs may hold.
-    pub budget: crate::core::Budget,
-    pub retention_secs: u64,
-    /// How long the accounting log keeps a month (`--accounting-retention`).
-    pub accounting_retention_secs: u64,
-    pub list_is_public: bool,
-    /// How long a finished job's D-Bus object stays (see `job_object`).
-    pub object_linger: std::time::Duration,
-    /// The `journalctl` program (see `journal`).
-    pub journalctl: String,
-    /// When an allocated accelerator counts as idle (`--idle-gpu-below`,
-    /// `--idle-gpu-after`).
-    pub idle: crate::core::IdleRule,
-}
 
 /// Everything the daemon's tasks share.
 pub struct Daemon<U = Systemd> {
@@ -143,15 +126,15 @@ impl Counters {
         Self::add(&self.submitted, n);
     }
 
-    /// Each counter's value now.
-    pub fn read(&self) -> [(&'static str, u64); 5] {
+    /// Each counter's value now, under its key in `GetMachine`.
+    pub fn read(&self) -> [(Key<u64>, u64); 5] {
         let r = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         [
-            ("submitted_total", r(&self.submitted)),
-            ("started_total", r(&self.started)),
-            ("sched_passes_total", r(&self.passes)),
-            ("sched_pass_nsec_total", r(&self.pass_nsec)),
-            ("sched_last_pass_nsec", r(&self.last_pass_nsec)),
+            (machine::SUBMITTED_TOTAL, r(&self.submitted)),
+            (machine::STARTED_TOTAL, r(&self.started)),
+            (machine::SCHED_PASSES_TOTAL, r(&self.passes)),
+            (machine::SCHED_PASS_NSEC_TOTAL, r(&self.pass_nsec)),
+            (machine::SCHED_LAST_PASS_NSEC, r(&self.last_pass_nsec)),
         ]
     }
 }
