@@ -252,9 +252,7 @@ impl SchedulerApi {
         let uid = self.caller(conn, &hdr).await?;
         let rows = self.daemon.share_rows(uid, wire_now()).await;
         // Names come from NSS, which may block: off the event loop.
-        tokio::task::spawn_blocking(move || crate::daemon::fairness::shares(rows))
-            .await
-            .map_err(|e| ApiError::Failed(e.to_string()))
+        off_loop(move || crate::daemon::fairness::shares(rows)).await
     }
 
     /// A usage report from the accounting log (`xlurm usage`, like sacct and
@@ -280,9 +278,7 @@ impl SchedulerApi {
         }
         let dir = self.daemon.accounting_dir().await?;
         // File reads and NSS lookups: off the event loop.
-        tokio::task::spawn_blocking(move || crate::daemon::accounting::usage_report(dir, &ask))
-            .await
-            .map_err(|e| ApiError::Failed(e.to_string()))?
+        off_loop(move || crate::daemon::accounting::usage_report(dir, &ask)).await?
     }
 
     /// The per-user limits and shares in force, as JSON (see the admin
@@ -291,11 +287,10 @@ impl SchedulerApi {
     async fn get_user_limits(&self) -> Result<String, ApiError> {
         let limits = self.daemon.user_limits().await;
         // Names come from NSS, which may block: off the event loop.
-        tokio::task::spawn_blocking(move || {
+        off_loop(move || {
             crate::daemon::fairness::render_user_limits(&limits, &crate::daemon::fairness::Nss)
         })
         .await
-        .map_err(|e| ApiError::Failed(e.to_string()))
     }
 
     /// Replaces the per-user limits and shares, live (admin): JSON as
@@ -313,11 +308,10 @@ impl SchedulerApi {
         self.require_admin(conn, &hdr, "changing user limits")
             .await?;
         let text = limits.to_string();
-        let limits = tokio::task::spawn_blocking(move || {
+        let limits = off_loop(move || {
             crate::daemon::fairness::parse_user_limits(&text, &crate::daemon::fairness::Nss)
         })
-        .await
-        .map_err(|e| ApiError::Failed(e.to_string()))?
+        .await?
         .map_err(ApiError::InvalidArgs)?;
         self.daemon.set_user_limits(limits).await
     }
@@ -529,4 +523,14 @@ impl SchedulerApi {
     async fn gate(&self) -> bool {
         self.daemon.gate.is_on()
     }
+}
+
+/// Runs `f` off the event loop (NSS lookups and file reads may block); a
+/// thread that panicked is a failed call.
+async fn off_loop<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Failed(e.to_string()))
 }
