@@ -23,6 +23,12 @@ pub use indices::{Indices, Range};
 /// array costs the same however many indices it spans.
 pub const MAX_ARRAY_INDEX: u32 = 1_000_000;
 
+/// The most separate ranges an array's indices may make once merged
+/// (`0-999999:3,1-999999:3` is 333,334 of them: 4 MB in memory, in every
+/// record of the job log and in every listing line, from 21 bytes). Its
+/// text is then at most about 24 KiB.
+pub const MAX_RANGES: usize = 1024;
+
 /// Implements `Serialize`/`Deserialize` through `Display`/`FromStr`: the value
 /// is stored as its canonical text (`1-7:2`, `afterok:12`).
 macro_rules! serde_as_text {
@@ -83,6 +89,8 @@ pub enum ArrayError {
     ZeroLimit { spec: String },
     #[error("the overlapping ranges of array {spec:?} are too many to merge: write them without overlaps")]
     TooComplex { spec: String },
+    #[error("array {spec:?} makes {ranges} separate ranges of indices, more than the {MAX_RANGES} an array may have: write it as fewer, longer ranges (one step per range), or submit several arrays")]
+    TooManyRanges { spec: String, ranges: usize },
 }
 
 /// What sbatch's `--array` asks for: the task indices, and at most how many
@@ -129,8 +137,16 @@ impl ArraySpec {
             .split(',')
             .map(|part| parse_part(part, s))
             .collect::<Result<Vec<_>, _>>()?;
+        let indices = Indices::from_pieces(pieces, s)?;
+        // A submission's bound; a record read back keeps whatever it holds.
+        if indices.range_count() > MAX_RANGES {
+            return Err(ArrayError::TooManyRanges {
+                spec: s.into(),
+                ranges: indices.range_count(),
+            });
+        }
         Ok(ArraySpec {
-            indices: Indices::from_pieces(pieces, s)?,
+            indices,
             max_running,
         })
     }
@@ -195,6 +211,41 @@ pub fn pending_label(array_id: u64, remaining: &Indices, max_running: Option<u32
             Some(n) => format!("{array_id}_[{remaining}%{n}]"),
             None => format!("{array_id}_[{remaining}]"),
         },
+    }
+}
+
+/// The most bytes of indices a listing line shows of an array's pending
+/// part; `GetJob` gives them all.
+pub const LISTED_INDICES_BYTES: usize = 48;
+
+/// [`pending_label`] as a listing line shows it: at most `max` bytes of
+/// indices (whole ranges, the first always), then `,…` for the rest
+/// (`123_[0-1,3-4,6-7,…%8]`).
+pub fn pending_label_within(
+    array_id: u64,
+    remaining: &Indices,
+    max_running: Option<u32>,
+    max: usize,
+) -> String {
+    if remaining.len() <= 1 {
+        return pending_label(array_id, remaining, max_running);
+    }
+    let mut text = String::new();
+    for (i, r) in remaining.ranges().iter().enumerate() {
+        let part = if i == 0 {
+            r.to_string()
+        } else {
+            format!(",{r}")
+        };
+        if i > 0 && text.len() + part.len() > max {
+            text.push_str(",…");
+            break;
+        }
+        text.push_str(&part);
+    }
+    match max_running {
+        Some(n) => format!("{array_id}_[{text}%{n}]"),
+        None => format!("{array_id}_[{text}]"),
     }
 }
 

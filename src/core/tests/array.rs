@@ -1,7 +1,9 @@
 //! Job arrays: the `--array` syntax, the index set, labels and job references.
 
 use super::*;
-use crate::core::array::{parse_job_ref, pending_label, task_label, Range, MAX_ARRAY_INDEX};
+use crate::core::array::{
+    parse_job_ref, pending_label, task_label, Range, MAX_ARRAY_INDEX, MAX_RANGES,
+};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -240,6 +242,41 @@ fn overlaps_too_costly_to_merge_are_refused() {
     assert!(matches!(e, ArrayError::TooComplex { .. }), "{e:?}");
     // Two interleaved halves are within the budget and merge to one run.
     assert_eq!(spec("0-1000000:2,1-999999:2").to_string(), "0-1000000");
+}
+
+/// H1 of the second security review: 21 bytes that merge into 333,334
+/// ranges (4 MB in memory, in every record and every listing line) are
+/// refused, naming the bound; the most ranges allowed still parse, and
+/// are small.
+#[test]
+fn an_array_of_too_many_separate_ranges_is_refused() {
+    let e = ArraySpec::parse("0-999999:3,1-999999:3").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ArrayError::TooManyRanges {
+                ranges: 333_334,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("more than the 1024"), "{e}");
+    // Interleaved steps of 3 make one range `3i-3i+1` per i.
+    let pairs = |n: usize| format!("0-{e}:3,1-{e}:3", e = 3 * n - 1);
+    let a = spec(&pairs(MAX_RANGES));
+    assert_eq!(a.indices.range_count(), MAX_RANGES);
+    assert!(
+        a.indices.memory_bytes() < 16 << 10,
+        "{}",
+        a.indices.memory_bytes()
+    );
+    assert!(matches!(
+        ArraySpec::parse(&pairs(MAX_RANGES + 1)),
+        Err(ArrayError::TooManyRanges { ranges, .. }) if ranges == MAX_RANGES + 1
+    ));
+    // A stepped range is one range however many indices it holds.
+    assert_eq!(spec("0-999999:3").indices.range_count(), 1);
 }
 
 #[test]

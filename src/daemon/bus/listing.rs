@@ -152,7 +152,7 @@ fn job_line<'a>(job: &'a Job, reason: &'a str, requested: &'a str) -> Line<'a> {
         exit_code: job.exit_code().unwrap_or(-1),
         detail: Cow::Borrowed(job.outcome().map_or("", |o| o.detail.as_str())),
         array: match &job.array {
-            Some(_) => Cow::Owned(job.label()),
+            Some(_) => Cow::Owned(job.listed_label()),
             None => Cow::Borrowed(""),
         },
     }

@@ -4,7 +4,9 @@
 //! rest (see `service::launch`), and the last one is the array's own record.
 
 use super::{Job, Stage, Waiting};
-use crate::core::array::{pending_label, task_label, ArraySpec, Indices};
+use crate::core::array::{
+    pending_label, pending_label_within, task_label, ArraySpec, Indices, LISTED_INDICES_BYTES,
+};
 use crate::core::JobId;
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +76,17 @@ impl Job {
             None => String::new(),
             Some(t) if t.rest.len() > 1 => pending_label(t.array, &t.rest, t.limit),
             Some(t) => task_label(t.array, t.rest.first().unwrap_or(t.index)),
+        }
+    }
+
+    /// [`Job::label`] as a listing line shows it: at most
+    /// [`LISTED_INDICES_BYTES`] of an array's pending indices.
+    pub fn listed_label(&self) -> String {
+        match &self.array {
+            Some(t) if t.rest.len() > 1 => {
+                pending_label_within(t.array, &t.rest, t.limit, LISTED_INDICES_BYTES)
+            }
+            _ => self.label(),
         }
     }
 

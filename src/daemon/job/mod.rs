@@ -171,7 +171,8 @@ fn stored_len(s: &str) -> u64 {
 impl Job {
     /// What the job holds while it is pending, in memory and in its record,
     /// counted against its owner's `--max-pending-bytes-per-user`: its name,
-    /// command, environment, script, directory and output path as stored.
+    /// command, environment, script, directory, output path, an array's
+    /// pending indices and its dependency, as stored.
     pub fn held_bytes(&self) -> u64 {
         if let Some(held) = self.detached() {
             return held.get();
@@ -183,7 +184,16 @@ impl Job {
             .chain(std::iter::once(&c.cwd))
             .chain(c.env.iter().flatten())
             .chain(self.output.iter().map(|o| &o.path));
-        RECORD_OVERHEAD + strings.map(|s| stored_len(s)).sum::<u64>()
+        // An array's pending indices and a dependency are stored as text in
+        // every record too (at most 24 bytes a range: `1000000-1000000:1000000,`).
+        let indices = self
+            .array
+            .as_ref()
+            .map_or(0, |t| 24 * t.rest.range_count() as u64);
+        let dependency = self
+            .after()
+            .map_or(0, |a| a.dependency.to_string().len() as u64);
+        RECORD_OVERHEAD + strings.map(|s| stored_len(s)).sum::<u64>() + indices + dependency
     }
 
     /// A pending job whose record is on disk lets go of its argv,

@@ -1,6 +1,7 @@
 //! Cancel: who may, and what it does in each state.
 
 use super::*;
+use crate::core::array::MAX_RANGES;
 
 impl<U: Units> Daemon<U> {
     /// Cancels a job and returns the state it was in. `admin` says the caller
@@ -74,6 +75,12 @@ impl<U: Units> Daemon<U> {
             .into_owned();
         let id = st.next_id;
         let (task, rest) = whole.take_task(index, id).ok_or_else(no_task)?;
+        let ranges = |j: &Job| j.array.as_ref().map_or(0, |t| t.rest.range_count());
+        if ranges(&rest) > ranges(&whole).max(MAX_RANGES) {
+            return Err(ApiError::InvalidArgs(format!(
+                "cancelling task {index} would split the pending tasks of array {array} into more than {MAX_RANGES} ranges: cancel tasks at the ends of its ranges, or the whole array (xcancel {array})"
+            )));
+        }
         let task = task.cancelled_pending(uid, now_usec());
         let fx = st.apply(Commit::TaskWithdrawn { task, rest })?;
         drop(st);

@@ -242,3 +242,76 @@ async fn each_task_writes_its_own_output_file_named_by_its_pattern() {
     );
     assert!(single.unwrap_err().0.contains("for arrays"));
 }
+
+/// H1 of the second security review: an array's indices are bounded at
+/// submission, counted in its owner's byte budget, shown bounded in
+/// listings, and a cancel cannot split them past the bound.
+#[tokio::test]
+async fn an_arrays_ranges_are_bounded_counted_and_listed_short() {
+    let r = crate::daemon::spec::parse(
+        &[
+            entry("argv", vec!["/bin/true".to_string()]),
+            entry("cwd", "/"),
+            entry("array", "0-999999:3,1-999999:3"),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let e = r.unwrap_err().0;
+    assert!(
+        e.contains("333334 separate ranges") && e.contains("1024"),
+        "{e}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| s.budget.jobs = 10).await;
+    // 1,024 ranges `3i-3i+1`: the most an array may have.
+    let wide = "0-3071:3,1-3071:3";
+    let mut held = spec(vec![
+        entry("argv", vec!["/bin/true".to_string()]),
+        entry("cwd", "/"),
+        entry("array", wide),
+    ]);
+    held.hold = true;
+    let a = d.submit(ALICE, vec![held]).await.unwrap()[0].id;
+    let small = d.submit(ALICE, vec![array("0-9")]).await.unwrap()[0].id;
+    let (wide_job, small_job) = (job(&d, a).await, job(&d, small).await);
+    assert!(
+        wide_job.held_bytes() >= small_job.held_bytes() + 24 * 1000,
+        "the indices count: {} vs {}",
+        wide_job.held_bytes(),
+        small_job.held_bytes()
+    );
+    let full = wide_job.label();
+    let listed = wide_job.listed_label();
+    assert!(full.len() > 9000, "GetJob has them all: {}", full.len());
+    assert!(listed.len() < 80, "{listed}");
+    assert!(listed.starts_with(&format!("{a}_[0-1,3-4,")) && listed.ends_with(",…]"));
+    assert_eq!(small_job.listed_label(), small_job.label());
+
+    // A task at the end of a range leaves as many ranges; one inside a
+    // range would make one more: refused, naming the bound and the fix.
+    let (_, was) = d.cancel_task(ALICE, a, 0, false).await.unwrap();
+    assert_eq!(was, JobState::Pending);
+    let r = d.cancel_task(ALICE, a, 2, false).await;
+    assert!(
+        matches!(&r, Err(ApiError::NoSuchJob(_))),
+        "2 is not a task: {r:?}"
+    );
+    let mut three = spec(vec![
+        entry("argv", vec!["/bin/true".to_string()]),
+        entry("cwd", "/"),
+        entry("array", "0-3068:3,1-3068:3,3069-3071"),
+    ]);
+    three.hold = true;
+    let b = d.submit(ALICE, vec![three]).await.unwrap()[0].id;
+    let before = job(&d, b).await.label();
+    let r = d.cancel_task(ALICE, b, 3070, false).await;
+    match r {
+        Err(ApiError::InvalidArgs(m)) => {
+            assert!(m.contains("1024") && m.contains("xcancel"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(job(&d, b).await.label(), before, "nothing changed");
+}
