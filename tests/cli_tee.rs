@@ -86,3 +86,43 @@ fn an_array_task_opens_its_own_file_and_a_file_it_cannot_open_leaves_the_journal
     assert!(String::from_utf8_lossy(&out.stdout).contains("still runs"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open the --output file"));
 }
+
+/// Second review, M4: an array task's file is named when the task starts
+/// (`%A_%a`, predictable) and may be in a directory others can write. A
+/// symbolic link planted there is not followed (its target keeps its
+/// contents; the output is in the journal), and a new file gets the mode
+/// the job's umask (its unit's `UMask=`, the submitter's) allows.
+#[test]
+fn an_array_task_follows_no_planted_link_and_keeps_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, "precious\n").unwrap();
+    let planted = dir.path().join("out-7_0.txt");
+    std::os::unix::fs::symlink(&precious, &planted).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xlurm"))
+        .args(["__tee-output", "--open", planted.to_str().unwrap(), "--"])
+        .args(["/bin/echo", "job output"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "the command ran anyway");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "precious\n");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("job output"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open the --output file"));
+
+    let private = dir.path().join("out-7_1.txt");
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 077; exec \"$0\" __tee-output --open '{}' -- /bin/echo secret",
+            private.display()
+        ))
+        .arg(env!("CARGO_BIN_EXE_xlurm"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+}

@@ -138,6 +138,7 @@ fn job(id: JobId, state: JobState, name: &str, uid: u32, user: &str) -> Rec {
             script: None,
             cwd: format!("/home/{user}/proj"),
             env: None,
+            umask: None,
         },
         demand: Demand {
             cpus: 1,
@@ -198,6 +199,7 @@ fn expected() -> Vec<Job> {
             "HOME=/home/alice".into(),
             "LANG=C.UTF-8".into(),
         ]),
+        umask: None,
     };
     j.demand = Demand {
         cpus: 4,

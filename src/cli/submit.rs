@@ -40,6 +40,14 @@ pub fn resolve_command(cmd: &str, path_var: Option<&str>, cwd: &std::path::Path)
     bail!("{cmd}: command not found in your PATH")
 }
 
+/// This process's umask (reading it means setting it: set back at once).
+fn current_umask() -> u32 {
+    use nix::sys::stat::{umask, Mode};
+    let m = umask(Mode::from_bits_truncate(0o077));
+    umask(m);
+    m.bits() & 0o777
+}
+
 pub(super) fn spec_from(
     res: &ResourceArgs,
     mut argv: Vec<String>,
@@ -56,6 +64,9 @@ pub(super) fn spec_from(
     };
     add(entry("argv", argv));
     add(entry("cwd", cwd.display().to_string()));
+    // The job creates its files as this shell would (sbatch records the
+    // umask too): its unit's UMask=.
+    add(entry("umask", current_umask()));
     if let Some(s) = script {
         add(entry("script", s));
     }

@@ -11,6 +11,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 
@@ -23,10 +24,14 @@ fn output_file(open: Option<&str>) -> Option<std::fs::File> {
         // and nothing else in this process uses it.
         return Some(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(0) }));
     };
+    // Not through a symbolic link: the name is predictable (`%A_%a`) and
+    // the directory may be another user's to write (second review, M4).
+    // The mode is 0666 less the job's UMask=, the submitter's umask.
     match std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
     {
         Ok(f) => Some(f),

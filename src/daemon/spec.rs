@@ -38,6 +38,10 @@ pub struct Spec {
     /// `--nice`: positive lowers the job's priority (checked against the
     /// caller at submission: `core::priority::check_nice`).
     pub nice: i32,
+    /// The submitter's umask, for the files the job creates (its unit's
+    /// `UMask=`; an array task's `--output` file is one); `None` from a
+    /// client that sent none: systemd's 0022.
+    pub umask: Option<u32>,
     /// `--hold`: queued held by its owner (`xlurm release` lets it go).
     pub hold: bool,
     /// `--dependency` (checked against the jobs it names at submission).
@@ -200,6 +204,12 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
     if ids.len() > MAX_DEVICE_IDS || exclude.len() > MAX_DEVICE_IDS {
         return err(format!("at most {MAX_DEVICE_IDS} device IDs"));
     }
+    let umask: Option<u32> = r.get("umask")?;
+    if let Some(m) = umask.filter(|m| *m > 0o777) {
+        return err(format!(
+            "umask {m:o} is not a file mode mask: it is at most 0777 (octal)"
+        ));
+    }
     let gpus: Option<u32> = r.get("gpus")?;
     let gpus_default = r.get("gpus_default")?.unwrap_or(false) && gpus.is_none() && ids.is_empty();
     let count = gpus.unwrap_or(ids.len() as u32);
@@ -225,6 +235,7 @@ pub fn parse(map: &HashMap<String, OwnedVariant>) -> Result<Spec, SpecError> {
         request,
         gpus_default,
         nice: r.get("nice")?.unwrap_or(0),
+        umask,
         hold: r.get("hold")?.unwrap_or(false),
         dependency: match r.get::<String>("dependency")? {
             Some(d) => Some(dependency(&d)?),
@@ -417,6 +428,19 @@ mod tests {
         assert_eq!(s.request.mem_bytes, Some(1 << 30));
         assert_eq!(s.env, Some(vec!["A=1".to_string()]));
         assert_eq!(s.request.cpus, 1);
+    }
+
+    #[test]
+    fn a_umask_is_a_mode_mask_or_refused() {
+        assert_eq!(parse(&with("umask", 0o027u32)).unwrap().umask, Some(0o027));
+        assert_eq!(
+            parse(&base()).unwrap().umask,
+            None,
+            "an older client: systemd's"
+        );
+        let e = parse(&with("umask", 0o1777u32)).unwrap_err().0;
+        assert!(e.contains("umask 1777") && e.contains("0777"), "{e}");
+        assert!(parse(&with("umask", "022")).is_err(), "u, not a string");
     }
 
     #[test]

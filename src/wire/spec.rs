@@ -5,7 +5,7 @@
 use zbus::{OwnedVariant, Variant};
 
 /// The keys a spec may hold, with their D-Bus types.
-pub const KEYS: [(&str, &str); 23] = [
+pub const KEYS: [(&str, &str); 24] = [
     ("argv", "as"),
     ("script", "s"),
     ("cwd", "s"),
@@ -29,6 +29,7 @@ pub const KEYS: [(&str, &str); 23] = [
     ("requeue", "b"),
     ("array", "s"),
     ("output_template", "s"),
+    ("umask", "u"),
 ];
 
 /// Whether systemd accepts `name` as an environment variable name.

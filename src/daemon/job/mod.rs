@@ -100,6 +100,9 @@ pub struct Command {
     pub cwd: String,
     /// The forwarded environment, `None` for a clean one. Dropped once the job starts.
     pub env: Option<Vec<String>>,
+    /// The submitter's umask (the unit's `UMask=`); `None`: systemd's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
 }
 
 /// A job: what was submitted, and its stage ([`Stage`]: where it is, with
@@ -514,6 +517,7 @@ pub(crate) mod tests_support {
             script: None,
             cwd: "/".into(),
             env: None,
+            umask: None,
         };
         let job = Job::pending(1, "t".into(), (1000, "u".into()), command, demand, 0, None);
         match state {

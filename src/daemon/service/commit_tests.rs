@@ -36,6 +36,7 @@ fn pending(st: &State, cpus: u32) -> Job {
         script: None,
         cwd: "/".into(),
         env: Some(vec!["A=1".into()]),
+        umask: None,
     };
     Job::pending(
         st.next_id,

@@ -133,6 +133,7 @@ impl<U: Units> Daemon<U> {
                 script: spec.script,
                 cwd: spec.cwd,
                 env: spec.env,
+                umask: spec.umask,
             };
             let copy = match (&output, &spec.output_template) {
                 (Some((_, path)), _) | (None, Some(path)) => Some(crate::daemon::job::OutputCopy {

@@ -207,6 +207,11 @@ pub fn properties(
             ));
         }
     }
+    // The files the job creates (an array task's --output among them) get
+    // the submitter's permissions, not systemd's 0022 (second review, M4).
+    if let Some(m) = job.command.umask {
+        p.push(("UMask", Variant::from(m)));
+    }
     if job.command.script.is_some() {
         let src = script_path(settings, job.id).display().to_string();
         p.push((

@@ -393,3 +393,16 @@ fn batch_jobs_run_bash_on_a_credential() {
         "{text}"
     );
 }
+
+/// Second review, M4: the submitter's umask is the unit's `UMask=` (the
+/// files the job creates, an array task's `--output` among them); a job
+/// from a client that sent none gets systemd's default.
+#[test]
+fn the_submitters_umask_is_the_units() {
+    let mut job = running_job();
+    let p = properties(&job, &settings(), None, &[], &[], None);
+    assert!(p.iter().all(|(n, _)| *n != "UMask"), "none sent: systemd's");
+    job.command.umask = Some(0o077);
+    let p = properties(&job, &settings(), None, &[], &[], None);
+    assert_eq!(get(&p, "UMask"), &Variant::from(0o077u32));
+}
