@@ -110,7 +110,12 @@ pub fn write_queue_table(
     const PIECE: usize = 64 << 10;
     let mut out = String::with_capacity(PIECE + 1024);
     // Wide enough for the longest array label (123_[5-99%8]).
-    let w_id = jobs.iter().map(|j| j.array.len()).max().unwrap_or(0).max(6);
+    let w_id = jobs
+        .iter()
+        .map(|j| j.array.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     let _ = writeln!(
         out,
         "{:>w_id$} {:<10} {:<16} {:<13} {:<10} {:>4} {:>7} {:<14} {:>10} {}",
@@ -520,5 +525,19 @@ mod tests {
             17,
             "the documented JSON schema has 17 keys"
         );
+    }
+
+    /// The ID column is as wide as the widest label in characters: a
+    /// listed label cut with `…` (3 bytes, 1 character) starts the line.
+    #[test]
+    fn a_cut_array_label_is_the_widest_id_and_starts_its_line() {
+        let mut cut = summary(7, "PENDING");
+        cut.array = "7_[0-1,3-4,…]".into();
+        let jobs = [cut, summary(8, "PENDING")];
+        let jobs: Vec<_> = jobs.iter().map(JobSummary::line).collect();
+        let table = queue_table(&jobs, false, 2_000_000);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].starts_with("7_[0-1,3-4,…] alice"), "{table}");
+        assert!(lines[0].starts_with("           ID USER"), "{table}");
     }
 }

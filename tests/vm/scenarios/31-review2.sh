@@ -60,7 +60,7 @@ assert_eq "$(active_ids bob | wc -l)" 0
 check "H1c: an array at the bound (1,024 ranges) is queued, listed short, shown whole"
 a=$(as_user bob xbatch -H -g 0 -n edge --array='0-3071:3,1-3071:3' --wrap true | jid)
 [ -n "$a" ] || fail "the array at the bound was refused"
-line=$(as_user bob xqueue | grep "^${a}_\[" || true)
+line=$(as_user bob xqueue | grep -E "^ *${a}_\\[" || true)
 note "listed: $line"
 label=$(printf '%s\n' "$line" | awk '{print $1}')
 [ "${#label}" -lt 80 ] || fail "a listing line shows ${#label} bytes of indices: $label"
