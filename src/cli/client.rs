@@ -1,7 +1,6 @@
 //! The client side of org.xlurm.Scheduler1, with errors that say how to fix them.
 
 use anyhow::{anyhow, Result};
-use zbus::OwnedVariant;
 
 pub use crate::wire::dict::Dict;
 
@@ -90,11 +89,7 @@ pub fn explain(e: zbus::Error, user: bool) -> anyhow::Error {
     anyhow!("{e}")
 }
 
-pub fn get<T: TryFrom<OwnedVariant>>(d: &Dict, key: &str) -> Option<T> {
-    d.get(key)
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| T::try_from(v).ok())
-}
+pub use crate::wire::dict::get;
 
 pub fn get_str(d: &Dict, key: &str) -> String {
     get::<String>(d, key).unwrap_or_default()

@@ -14,3 +14,10 @@ pub fn put<'a>(m: &mut Dict, key: &str, v: impl Into<Variant<'a>>) {
         m.insert(key.to_string(), v);
     }
 }
+
+/// The value under `key`, if there is one of type `T`.
+pub fn get<T: TryFrom<OwnedVariant>>(m: &Dict, key: &str) -> Option<T> {
+    m.get(key)
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| T::try_from(v).ok())
+}

@@ -52,9 +52,7 @@ impl<T> Key<T> {
     where
         T: TryFrom<OwnedVariant>,
     {
-        d.get(self.name)
-            .and_then(|v| v.try_clone().ok())
-            .and_then(|v| T::try_from(v).ok())
+        super::dict::get(d, self.name)
     }
 }
 

@@ -13,6 +13,7 @@ pub mod watch;
 
 use self::outcome::{Collect, UnitStatus};
 pub use self::signals::{job_signal, unit_of_path, unit_path, SystemdSender, SYSTEMD_NAME};
+use crate::wire::dict::get;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant, Variant};
@@ -114,12 +115,6 @@ pub fn major_version(version: &str) -> Option<u32> {
 /// Whether systemd `version` has `MemoryPeak`; true when it cannot tell.
 pub fn has_memory_peak(version: &str) -> bool {
     major_version(version).is_none_or(|v| v >= 256)
-}
-
-fn get<T: TryFrom<OwnedVariant>>(map: &HashMap<String, OwnedVariant>, key: &str) -> Option<T> {
-    map.get(key)
-        .and_then(|v| v.try_clone().ok())
-        .and_then(|v| T::try_from(v).ok())
 }
 
 /// A u64 property, `None` for systemd's "unset" value `u64::MAX`.
