@@ -57,6 +57,20 @@ pub struct Spec {
     pub output_template: Option<String>,
 }
 
+impl Spec {
+    /// The bytes of its argv, script and environment: at most what its
+    /// record holds of them (`Job::held_bytes`), so a budget check on this
+    /// refuses nothing the full check would let in.
+    pub fn command_bytes(&self) -> u64 {
+        let strings = self
+            .argv
+            .iter()
+            .chain(self.script.iter())
+            .chain(self.env.iter().flatten());
+        strings.map(|s| s.len() as u64).sum()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SpecError(pub String);

@@ -87,30 +87,36 @@ impl State {
             .has_singleton()
             .then(|| (job.uid, job.name.clone()));
         for t in targets {
-            self.waiters.entry(t).or_default().push(id);
+            self.waiters.entry(t).or_default().insert(id);
         }
         if let Some(key) = single {
             self.singles.entry(key).or_default().insert(id);
         }
     }
 
-    /// Whether pending job `from` waits, directly or through others, for
-    /// job `on` (a new dependency of `on` on `from` would be a cycle).
-    pub(super) fn depends_on(&self, from: JobId, on: JobId) -> bool {
+    /// Of `targets`, one that waits, directly or through others, for job
+    /// `on` (or is `on`): a new dependency of `on` on it would be a cycle.
+    /// One walk over the jobs that wait for `on` (the graph reversed, see
+    /// `State::waiters`), however many targets there are.
+    pub(super) fn cycle_through(
+        &self,
+        on: JobId,
+        targets: &std::collections::BTreeSet<JobId>,
+    ) -> Option<JobId> {
         let mut seen = std::collections::HashSet::new();
-        let mut work = vec![from];
+        let mut work = vec![on];
         while let Some(id) = work.pop() {
-            if id == on {
-                return true;
+            if targets.contains(&id) {
+                return Some(id);
             }
             if !seen.insert(id) {
                 continue;
             }
-            if let Some(a) = self.jobs.get(&id).and_then(Job::after) {
-                work.extend(a.dependency.targets());
+            if let Some(w) = self.waiters.get(&id) {
+                work.extend(w.iter().copied().filter(|w| !seen.contains(w)));
             }
         }
-        false
+        None
     }
 
     /// Job `id` left the pending state: no longer a singleton in line.
@@ -142,10 +148,16 @@ impl State {
             Some(p) => p.pending == 0 && p.running == 0,
             None => found.state().is_final(),
         };
-        let mut waiting = if ended {
-            self.waiters.remove(&id).unwrap_or_default()
+        let mut waiting: Vec<JobId> = if ended {
+            self.waiters
+                .remove(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .collect()
         } else {
-            self.waiters.get(&id).cloned().unwrap_or_default()
+            self.waiters
+                .get(&id)
+                .map_or_else(Vec::new, |w| w.iter().copied().collect())
         };
         // (Most daemons have no singleton waiting: no key is built then.)
         if let Some(j) = self.jobs.get(&id).filter(|_| !self.singles.is_empty()) {
@@ -169,7 +181,7 @@ impl State {
         let targets: Vec<JobId> = a.dependency.targets().collect();
         for t in targets {
             if let Some(w) = self.waiters.get_mut(&t) {
-                w.retain(|x| *x != id);
+                w.remove(&id);
                 if w.is_empty() {
                     self.waiters.remove(&t);
                 }

@@ -7,10 +7,14 @@ use super::*;
 use crate::core::Progress;
 
 /// What the daemon keeps per array, counted as its tasks start and end.
+/// Every look-up is by index or by a job's own index (a job knows its
+/// task's), so each event of an array costs the same however many tasks it
+/// has (an array of 100,000 tasks was 100,000 steps per event).
 #[derive(Debug, Clone, Default)]
 pub struct ArrayBook {
-    /// The tasks that started (their job IDs), the array's own last.
-    pub tasks: Vec<JobId>,
+    /// The tasks that started or were cancelled before they started, by
+    /// index: their job IDs (the array's own for its last task).
+    tasks: HashMap<u32, JobId>,
     pub running: u32,
     /// Started tasks pending again (`--requeue`).
     pub waiting: u32,
@@ -18,18 +22,32 @@ pub struct ArrayBook {
     pub not_ok: u32,
 }
 
+impl ArrayBook {
+    /// Whether `job`, a task of this array, is in the book.
+    fn has(&self, job: &Job) -> bool {
+        job.array
+            .as_ref()
+            .is_some_and(|t| self.tasks.get(&t.index) == Some(&job.id))
+    }
+}
+
 impl State {
     /// Builds the books of every array from the jobs loaded, in full and in brief.
     pub(super) fn index_arrays(&mut self) {
         let mut books: HashMap<JobId, ArrayBook> = HashMap::new();
         for (id, found) in self.oldest_first(0) {
-            let (array, state, whole) = match found {
+            let (array, index, state, whole) = match found {
                 Found::Full(j) => match &j.array {
-                    Some(t) => (t.array, j.state(), t.array == id && !t.rest.is_empty()),
+                    Some(t) => (
+                        t.array,
+                        t.index,
+                        j.state(),
+                        t.array == id && !t.rest.is_empty(),
+                    ),
                     None => continue,
                 },
                 Found::Brief(b) => match b.task() {
-                    Some((array, _)) => (array, b.state, false),
+                    Some((array, index)) => (array, index, b.state, false),
                     None => continue,
                 },
             };
@@ -38,7 +56,7 @@ impl State {
                 continue;
             }
             let book = books.entry(array).or_default();
-            book.tasks.push(id);
+            book.tasks.insert(index, id);
             count(book, state, 1);
         }
         self.arrays = books;
@@ -50,9 +68,7 @@ impl State {
             return;
         };
         let book = self.arrays.entry(t.array).or_default();
-        if !book.tasks.contains(&job.id) {
-            book.tasks.push(job.id);
-        } else {
+        if book.tasks.insert(t.index, job.id) == Some(job.id) {
             // Queued again, now started again.
             book.waiting = book.waiting.saturating_sub(1);
         }
@@ -69,7 +85,7 @@ impl State {
         let Some(book) = self.arrays.get_mut(&array) else {
             return;
         };
-        if !book.tasks.contains(&job.id) {
+        if !book.has(job) {
             return;
         }
         count(book, was, -1);
@@ -86,7 +102,7 @@ impl State {
             return;
         };
         let book = self.arrays.entry(t.array).or_default();
-        book.tasks.push(job.id);
+        book.tasks.insert(t.index, job.id);
         count(book, job.state(), 1);
     }
 
@@ -105,7 +121,7 @@ impl State {
             p.ok = b.ok;
             p.not_ok = b.not_ok;
         }
-        let counted = book.is_some_and(|b| b.tasks.contains(&array));
+        let counted = book.is_some_and(|b| job.is_some_and(|j| b.has(j)));
         match job {
             Some(j) if !counted && j.state() == JobState::Pending => {
                 let rest = j.array.as_ref().map_or(1, |t| t.rest.len().max(1));
@@ -120,16 +136,9 @@ impl State {
 
     /// The job of task `index` of array `array`, if it started.
     pub(super) fn started_task(&self, array: JobId, index: u32) -> Option<JobId> {
-        self.arrays
-            .get(&array)?
-            .tasks
-            .iter()
-            .copied()
-            .find(|id| match self.find(*id) {
-                Some(Found::Full(j)) => j.array.as_ref().is_some_and(|t| t.index == index),
-                Some(Found::Brief(b)) => b.task() == Some((array, index)),
-                None => false,
-            })
+        let id = self.arrays.get(&array)?.tasks.get(&index).copied()?;
+        // (Its record may be gone: forgotten after the retention.)
+        self.find(id).is_some().then_some(id)
     }
 
     /// What became of task `index` of array `array`: `None` when it is not
@@ -150,15 +159,18 @@ impl State {
     }
 
     /// The active tasks of array `array` that started, but `array` itself.
+    /// In ID order (the order they started in).
     pub(super) fn active_tasks(&self, array: JobId) -> Vec<JobId> {
-        self.arrays.get(&array).map_or_else(Vec::new, |b| {
+        let mut ids: Vec<JobId> = self.arrays.get(&array).map_or_else(Vec::new, |b| {
             b.tasks
-                .iter()
+                .values()
                 .copied()
                 .filter(|id| *id != array)
                 .filter(|id| self.jobs.get(id).is_some_and(|j| !j.is_final()))
                 .collect()
-        })
+        });
+        ids.sort_unstable();
+        ids
     }
 
     /// How many tasks of `array` run now.

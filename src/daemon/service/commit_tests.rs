@@ -204,7 +204,7 @@ fn a_revised_pending_job_is_gated_anew_and_waits_once() {
         .unwrap();
     assert_eq!(st.jobs[&id].admission(), Admission::Dependency);
     // Revised twice, it waits on its target once: no waiter left behind.
-    assert_eq!(st.waiters[&target], [id]);
+    assert_eq!(st.waiters[&target].iter().collect::<Vec<_>>(), [&id]);
     assert_eq!(st.usage_of(UID).jobs, 1, "its owner's usage counted once");
     // Its dependency cleared: queued.
     st.apply(Commit::Revised(st.jobs[&id].with_after(None)))
@@ -529,3 +529,6 @@ fn the_job_table_is_written_only_by_apply() {
     }
     assert!(writes.is_empty(), "outside State::apply: {writes:#?}");
 }
+
+#[path = "graph_tests.rs"]
+mod graph;

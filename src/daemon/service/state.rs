@@ -22,8 +22,10 @@ pub struct State {
     pub(super) retired: usize,
     /// When priorities were last brought up to date (seconds).
     reprioritized_at: u64,
-    /// The pending jobs that depend on each job (see `admission`).
-    pub(super) waiters: HashMap<JobId, Vec<JobId>>,
+    /// The pending jobs that depend on each job, exactly: a job is in the
+    /// set of each job its dependency names while it is pending (see
+    /// `admission`), so a walk over them is the dependency graph reversed.
+    pub(super) waiters: HashMap<JobId, std::collections::BTreeSet<JobId>>,
     /// Pending `singleton` jobs by owner and name, oldest first.
     pub(super) singles: HashMap<(u32, String), std::collections::BTreeSet<JobId>>,
     /// Each array's tasks that started, and their counts (see `arrays`).
@@ -254,6 +256,7 @@ impl State {
     /// owner no longer holds what it held. Call before replacing its record.
     pub(super) fn pending_done(&mut self, id: JobId) {
         self.leave_singles(id);
+        self.stop_waiting(id);
         let Some((uid, held)) = self.jobs.get(&id).map(|j| (j.uid, j.usage())) else {
             return;
         };

@@ -76,6 +76,18 @@ impl<U: Units> Daemon<U> {
         let (user, gid) = self.submitter(uid).await;
         let owner = crate::core::Owner { uid, gid };
         let mut st = self.state.lock().await;
+        // Over budget by count, or by the bytes of argv and script alone:
+        // refused before any spec is looked at (a refused batch of 10,000
+        // specs with 256 targets each cost the dependency checks of all).
+        let floor = crate::core::Usage {
+            jobs: specs.len(),
+            bytes: specs.iter().map(Spec::command_bytes).sum(),
+            outputs: usize::from(output.is_some() || pty.is_some()),
+        };
+        self.settings
+            .budget
+            .admit(st.usage_of(uid), floor)
+            .map_err(|e| ApiError::LimitExceeded(format!("{user} has {e}")))?;
         // `gpus_default` stays set only where it gave the job its device.
         let accelerators = !st.sched.machine().devices.is_empty();
         for spec in &mut specs {

@@ -106,7 +106,8 @@ impl<U: Units> Daemon<U> {
                 // Seen as its owner sees the queue; never a cycle.
                 self.check_dependency(&st, job.uid, &dependency)
                     .map_err(|e| ApiError::InvalidArgs(e.to_string()))?;
-                if let Some(target) = dependency.targets().find(|t| st.depends_on(*t, id)) {
+                let targets = dependency.targets().collect();
+                if let Some(target) = st.cycle_through(id, &targets) {
                     let cycle = DependencyError::Cycle { target, id };
                     return Err(ApiError::InvalidArgs(cycle.to_string()));
                 }

@@ -106,6 +106,38 @@ async fn each_budget_refuses_with_limit_exceeded_naming_it_and_changes_nothing()
 }
 
 #[tokio::test]
+async fn a_batch_over_budget_is_refused_before_its_specs_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = daemon_with(dir.path(), MemoryUnits::default(), |s| {
+        s.budget.jobs = 10;
+    })
+    .await;
+    // Eleven specs, each naming 256 jobs that do not exist: the count
+    // refuses them, not the first dependency (which would have had every
+    // spec's targets looked up under the state lock first).
+    let targets: Vec<String> = (900_000..900_256).map(|i| i.to_string()).collect();
+    let waiting = || {
+        let mut s = sleep_spec();
+        s.dependency = Some(
+            crate::core::dependency::parse(&format!("afterok:{}", targets.join(":"))).unwrap(),
+        );
+        s
+    };
+    let err = d
+        .submit(1000, (0..11).map(|_| waiting()).collect())
+        .await
+        .unwrap_err();
+    let ApiError::LimitExceeded(text) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(text.contains("--max-pending-per-user"), "{text}");
+    // Within the count, the dependency is what refuses it.
+    let err = d.submit(1000, vec![waiting()]).await.unwrap_err();
+    assert!(matches!(err, ApiError::InvalidArgs(_)), "{err:?}");
+    assert_eq!(d.state.lock().await.counts(), (0, 0), "nothing queued");
+}
+
+#[tokio::test]
 async fn a_repeated_cancel_writes_nothing_more() {
     let dir = tempfile::tempdir().unwrap();
     let (d, _c) = daemon_on(dir.path(), MemoryUnits::default()).await;

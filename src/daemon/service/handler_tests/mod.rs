@@ -195,7 +195,9 @@ async fn gpus_default_is_one_device_where_there_are_accelerators_and_none_elsewh
         .clone();
     assert!(!got.gpus_defaulted);
     assert_eq!(job(&d, got.id).await.demand.devices.ids, vec![1]);
-    // A refusal of the defaulted device says how to ask for none.
+    // A refusal of the defaulted device says how to ask for none (with
+    // room in the budget of 3, which is checked first).
+    d.cancel(1000, got.id, false).await.unwrap();
     let before = d.state.lock().await.counts();
     let err = d
         .submit(1000, vec![with(vec![entry("vendor", "ascend")])])
