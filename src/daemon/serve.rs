@@ -187,6 +187,11 @@ pub async fn serve(conn: &zbus::Connection, cfg: ServeConfig) -> Result<Served, 
             }
         }));
     }
+    // Time limits lowered while jobs run (see `service::deadline`).
+    {
+        let d = daemon.clone();
+        tasks.push(tokio::spawn(async move { d.keep_deadlines().await }));
+    }
     // Collector: ended units in batches while jobs wait (see `collect_ended`).
     {
         let d = daemon.clone();

@@ -221,6 +221,12 @@ impl Units for MemoryUnits {
         })
     }
 
+    /// Recorded as `"kill-leftovers unit"`.
+    async fn kill_leftovers(&self, unit: &str) -> bool {
+        self.call("kill-leftovers", unit);
+        true
+    }
+
     async fn reset_failed(&self, unit: &str) {
         self.call("reset_failed", unit);
         self.with(|m| {

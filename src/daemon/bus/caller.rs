@@ -171,12 +171,10 @@ impl SchedulerApi {
             return Ok(false);
         }
         use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
-        let authority = AuthorityProxy::new(conn)
-            .await
-            .map_err(|e| ApiError::Failed(format!("polkit is not reachable: {e}")))?;
         let subject = Subject::new_for_message_header(hdr).map_err(|e| {
             ApiError::PermissionDenied(format!("cannot identify the caller for polkit: {e}"))
         })?;
+        let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
         let interactive = hdr
             .primary()
             .flags()
@@ -186,11 +184,21 @@ impl SchedulerApi {
         } else {
             CheckAuthorizationFlags::empty()
         };
-        let r = authority
-            .check_authorization(&subject, ACTION_MANAGE, &HashMap::new(), flags, "")
+        // Kept a second per bus name, in the user's turn, with a deadline.
+        let ask = || async {
+            let authority = AuthorityProxy::new(conn)
+                .await
+                .map_err(|e| ApiError::Failed(format!("polkit is not reachable: {e}")))?;
+            let r = authority
+                .check_authorization(&subject, ACTION_MANAGE, &HashMap::new(), flags, "")
+                .await
+                .map_err(|e| ApiError::Failed(format!("polkit check failed: {e}")))?;
+            Ok(r.is_authorized)
+        };
+        self.daemon
+            .polkit
+            .check(uid, &sender, interactive, ask)
             .await
-            .map_err(|e| ApiError::Failed(format!("polkit check failed: {e}")))?;
-        Ok(r.is_authorized)
     }
 
     /// Whether the caller may raise priority in `specs`: polkit is asked only

@@ -13,4 +13,5 @@ pub mod job_object;
 pub mod listing;
 pub mod machine;
 pub(crate) mod objects;
+pub mod polkit;
 pub mod wire_job;

@@ -30,6 +30,10 @@ struct Out<'a> {
     output: Option<&'a OutputCopy>,
     #[serde(skip_serializing_if = "is_zero")]
     relaunches: u8,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    unit_time_limit: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stopped_at_limit: bool,
     #[serde(skip_serializing_if = "is_zero_i32")]
     nice: i32,
     #[serde(skip_serializing_if = "is_unknown_gid")]
@@ -72,6 +76,10 @@ pub(super) struct In {
     #[serde(default)]
     relaunches: u8,
     #[serde(default)]
+    unit_time_limit: u64,
+    #[serde(default)]
+    stopped_at_limit: bool,
+    #[serde(default)]
     nice: i32,
     #[serde(default = "unknown_gid")]
     gid: u32,
@@ -92,6 +100,10 @@ pub(super) struct In {
 }
 
 fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -136,6 +148,8 @@ impl Serialize for Job {
             cancel_requested_by: self.cancel_requested_by(),
             output: self.output.as_deref(),
             relaunches: self.relaunches(),
+            unit_time_limit: self.run().map_or(0, |r| r.unit_limit_secs),
+            stopped_at_limit: self.run().is_some_and(|r| r.stopped_at_limit),
             nice: self.nice,
             gid: self.gid,
             hold: self.hold(),
@@ -175,13 +189,16 @@ impl TryFrom<In> for Job {
                 let alloc = r.alloc.ok_or_else(|| {
                     format!("job {}: a RUNNING record without its allocation", r.id)
                 })?;
-                Stage::Running(Box::new(Run::loaded(
+                let mut run = Run::loaded(
                     alloc,
                     r.start_usec,
                     r.invocation_id,
                     r.cancel_requested_by,
                     r.relaunches,
-                )))
+                );
+                run.unit_limit_secs = r.unit_time_limit;
+                run.stopped_at_limit = r.stopped_at_limit;
+                Stage::Running(Box::new(run))
             }
             state => Stage::Ended(Box::new(End {
                 state,

@@ -25,6 +25,7 @@ mod admission;
 mod arrays;
 mod cancel;
 mod commit;
+mod deadline;
 mod error;
 mod launch;
 mod logs;
@@ -60,6 +61,8 @@ pub struct Daemon<U = Systemd> {
     pub kick: Notify,
     /// Wakes the collector: [`reconcile::COLLECT_BATCH`] ended units wait (see `collect_ended`).
     pub collect: Notify,
+    /// Wakes the deadline loop: a running job's time limit was lowered (see `deadline`).
+    pub deadlines: Notify,
     /// Tells the API layer what changed about which job (for signals).
     pub changes: ChangeQueue,
     /// The accelerator backends in use and the devices they found.
@@ -70,6 +73,8 @@ pub struct Daemon<U = Systemd> {
     pub gate: crate::daemon::device_gate::Gate,
     /// The uids of the bus connections that called lately.
     pub callers: crate::daemon::bus::callers::Callers,
+    /// polkit's verdicts kept, and each user's turns to ask (see `bus::polkit`).
+    pub polkit: crate::daemon::bus::polkit::Polkit,
     /// Set while the slice of jobs without accelerators is found open to
     /// devices and cannot be closed (`nodev_slice::keep_closed`): each such
     /// job's unit then closes itself.
@@ -88,10 +93,11 @@ pub struct Daemon<U = Systemd> {
     workdirs: super::as_user::Checker,
     /// Turns to read the journal (see `LogReads`).
     log_reads: logs::LogReads,
-    /// One change of a running job's time limit at a time (see
-    /// `update_running`): each waits for systemd's reload without the state
-    /// lock, and the record and systemd must agree on the last one.
-    limit_changes: Mutex<()>,
+    /// One raise of a running job's time limit above its unit's at a time
+    /// (see `update_running`): each waits for systemd's reload without the
+    /// state lock, and the record and systemd must agree on the last one.
+    /// When the last reload was asked, to space them out.
+    limit_changes: Mutex<Option<std::time::Instant>>,
 }
 
 /// What xlurmd did since it started, for metrics (`xlurm metrics`, through
@@ -228,11 +234,13 @@ impl<U: Units> Daemon<U> {
             systemd,
             kick: Notify::new(),
             collect: Notify::new(),
+            deadlines: Notify::new(),
             changes: ChangeQueue::new(tx),
             accel,
             stopping: std::sync::atomic::AtomicBool::new(false),
             gate: Default::default(),
             callers: Default::default(),
+            polkit: Default::default(),
             nodev_open: Default::default(),
             counters: Default::default(),
             uncollected: std::sync::Mutex::new(Vec::new()),
@@ -240,7 +248,7 @@ impl<U: Units> Daemon<U> {
             accounts: accounts.clone(),
             workdirs: super::as_user::Checker::new(accounts),
             log_reads: logs::LogReads::default(),
-            limit_changes: Mutex::new(()),
+            limit_changes: Mutex::new(None),
         });
         (d, rx)
     }

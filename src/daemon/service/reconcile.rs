@@ -11,6 +11,8 @@ pub const COLLECT_BATCH: usize = 8;
 struct Read {
     unit: String,
     cancelled: bool,
+    /// xlurmd stopped it at its (lowered) time limit (`deadline`).
+    at_limit: bool,
     invocation: String,
     /// The MemoryMax xlurm gave the unit.
     memory_max: u64,
@@ -26,6 +28,7 @@ impl Read {
         Read {
             unit: j.unit(),
             cancelled: j.cancel_requested_by().is_some(),
+            at_limit: run.is_some_and(|r| r.stopped_at_limit),
             invocation: j.invocation_id().to_string(),
             memory_max: run.map_or(0, |r| r.alloc.mem_bytes),
             memory_peak: run.and_then(|r| r.memory_peak),
@@ -144,6 +147,7 @@ impl<U: Units> Daemon<U> {
         let Read {
             unit,
             cancelled,
+            at_limit,
             invocation,
             memory_max,
             memory_peak,
@@ -151,8 +155,11 @@ impl<U: Units> Daemon<U> {
         } = job;
         let read = match ended {
             Some(mut status) => {
-                // Its resources are free from the moment its unit ended: the
-                // next job starts while its accounting is read, not after.
+                // Its resources are free from the moment its unit ended and
+                // what it left behind is killed (a `setsid` child would run
+                // on the next job's CPUs and GPU): the next job starts while
+                // its accounting is read, not after.
+                self.systemd.kill_leftovers(&unit).await;
                 self.free_resources(id).await;
                 // The MemoryMax xlurm gave the unit (for the OOM race in classify).
                 status.memory_max = Some(memory_max);
@@ -187,7 +194,15 @@ impl<U: Units> Daemon<U> {
                         .await;
                 }
                 if status.finished() {
+                    // (Read, not signalled: its leftovers too go before its
+                    // resources, which `finalize` frees.)
+                    self.systemd.kill_leftovers(&unit).await;
                     let (state, outcome) = classify(&status, cancelled, pty);
+                    let (state, outcome) = if at_limit && !cancelled {
+                        crate::daemon::systemd::outcome::at_own_deadline(state, outcome)
+                    } else {
+                        (state, outcome)
+                    };
                     let unit = crate::daemon::systemd::outcome::Collect::for_state(Some(
                         &status.active_state,
                     ));
@@ -196,10 +211,17 @@ impl<U: Units> Daemon<U> {
             }
             // Created but gone before it was ever seen running: systemd may
             // have lost its start job (daemon-reexec), or an admin stopped it.
-            Ok(None) if !cancelled && invocation.is_empty() => self.restart_lost(id, &unit).await,
+            Ok(None) if !cancelled && !at_limit && invocation.is_empty() => {
+                self.restart_lost(id, &unit).await
+            }
             Ok(None) => {
                 let (state, detail) = if cancelled {
                     (JobState::Cancelled, "cancelled".to_string())
+                } else if at_limit {
+                    (
+                        JobState::Timeout,
+                        crate::daemon::systemd::outcome::OWN_DEADLINE.to_string(),
+                    )
                 } else {
                     (JobState::Cancelled, format!("its unit {unit} was stopped outside xlurm (systemctl stop) before a result was recorded"))
                 };
@@ -221,8 +243,8 @@ impl<U: Units> Daemon<U> {
     /// Frees the resources of running job `id`, whose unit its signals
     /// told ended, and wakes the scheduler, before its end is read whole and
     /// recorded (`finalize`, which charges nothing twice). The unit's
-    /// processes are gone: what else is left in its cgroup goes when the
-    /// unit is collected, as it always did. Should its end turn out to be
+    /// processes are gone, those it left behind killed first
+    /// (`Units::kill_leftovers`). Should its end turn out to be
     /// another invocation's (LOST, perhaps requeued), its place was free
     /// all the same.
     async fn free_resources(&self, id: JobId) {

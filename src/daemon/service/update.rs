@@ -9,8 +9,12 @@ use crate::daemon::job::After;
 use crate::daemon::spec::Changes;
 
 /// How often its owner may change a running job's time limit (an admin may
-/// always).
-pub const MAX_LIVE_LIMIT_CHANGES: u8 = 3;
+/// always): each is a record written.
+pub const MAX_LIVE_LIMIT_CHANGES: u8 = 8;
+
+/// The least time between two reloads of systemd's manager for raised time
+/// limits (an admin's; each stalls PID 1 for every user of the machine).
+pub const RELOAD_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The request that gives `d` again (a default memory budget stays the
 /// default, so that it follows a new CPU count).
@@ -130,14 +134,83 @@ impl<U: Units> Daemon<U> {
         Ok(())
     }
 
-    /// A running job's time limit. systemd takes it with a reload of its
-    /// manager, which takes PID 1 a second or more on a busy machine: the
-    /// state lock is not held meanwhile (every other call would wait, and a
-    /// reply it needs could queue behind them), so the job is looked at anew
-    /// before and after.
+    /// A running job's time limit. Lowered (or raised within what its unit
+    /// has), it is xlurmd's own deadline (`deadline`): recorded, no word to
+    /// systemd. Raised above its unit's (an admin), systemd takes it with a
+    /// reload of its manager, which takes PID 1 a second or more on a busy
+    /// machine: one at a time, at most one a second, and without the state
+    /// lock (every other call would wait, and a reply it needs could queue
+    /// behind them), so the job is looked at anew before and after.
     async fn update_running(&self, uid: u32, id: JobId, admin: bool, ch: Changes) -> ApiResult<()> {
-        let _one = self.limit_changes.lock().await;
+        let st = self.state.lock().await;
+        let Some(secs) = self.live_limit(&st, uid, id, admin, &ch)? else {
+            return Ok(());
+        };
+        if secs <= st.jobs[&id].unit_limit_secs() {
+            return self.set_own_limit(st, uid, id, secs);
+        }
+        drop(st);
+        let mut last = self.limit_changes.lock().await;
         let mut st = self.state.lock().await;
+        let Some(secs) = self.live_limit(&st, uid, id, admin, &ch)? else {
+            return Ok(());
+        };
+        let job = &st.jobs[&id];
+        // Raised meanwhile by another call as far as this one asks.
+        if secs <= job.unit_limit_secs() {
+            return self.set_own_limit(st, uid, id, secs);
+        }
+        let (before, before_unit) = (job.demand.time_limit_secs, job.unit_limit_secs());
+        let new = job.with_time_limit(secs);
+        let unit = job.unit();
+        // On disk first, then systemd; if systemd refuses, the limit goes back.
+        st.apply(Commit::Revised(new))?;
+        drop(st);
+        if let Some(wait) = last.and_then(|t| RELOAD_SPACING.checked_sub(t.elapsed())) {
+            tokio::time::sleep(wait).await;
+        }
+        *last = Some(std::time::Instant::now());
+        let taken = self.systemd.set_time_limit(&unit, secs).await;
+        let mut st = self.state.lock().await;
+        let still = st
+            .jobs
+            .get(&id)
+            .filter(|j| j.state() == JobState::Running && j.demand.time_limit_secs == secs)
+            .cloned();
+        if let Err(e) = taken {
+            // Only the limit goes back: a cancel may have been asked meanwhile.
+            if let Some(back) = still {
+                let back = back.time_limit_back(before, before_unit);
+                if let Err(e) = st.apply(Commit::Revised(back)) {
+                    tracing::error!(job = id, "putting back its time limit failed: {e}")
+                }
+            }
+            return Err(ApiError::Failed(format!(
+                "systemd did not take the new time limit: {e:#}"
+            )));
+        }
+        if let Some(start) = still.map(|j| j.start_usec()) {
+            st.sched.set_deadline(id, start / 1_000_000 + secs);
+        }
+        drop(st);
+        tracing::info!(
+            job = id,
+            "job {id}: time limit {before} s -> {secs} s (systemd's too), by uid {uid}"
+        );
+        self.kick.notify_one();
+        Ok(())
+    }
+
+    /// The new time limit `ch` asks of running job `id`, checked: `None`
+    /// when it is the one it has.
+    fn live_limit(
+        &self,
+        st: &State,
+        uid: u32,
+        id: JobId,
+        admin: bool,
+        ch: &Changes,
+    ) -> ApiResult<Option<u64>> {
         let job = st.jobs.get(&id).ok_or_else(|| no_such_job(id))?;
         if job.state() != JobState::Running {
             return Err(ApiError::WrongState(format!(
@@ -167,48 +240,39 @@ impl<U: Units> Daemon<U> {
             )));
         }
         if secs == before {
-            return Ok(());
+            return Ok(None);
         }
-        // Each change reloads systemd's manager, which stalls PID 1 a moment:
-        // an owner gets a few per run, not one per second.
+        // Each change is a record written: an owner gets a few per run.
         let changes = job.run().map_or(0, |r| r.limit_changes);
         if changes >= MAX_LIVE_LIMIT_CHANGES && !(admin || uid == 0) {
             return Err(ApiError::LimitExceeded(format!(
-                "job {id}'s time limit was changed {changes} times while it runs, the most its owner may \
-                 (each change reloads systemd); cancel it, or ask an admin"
+                "job {id}'s time limit was changed {changes} times while it runs, the most its owner may; \
+                 cancel it, or ask an admin"
             )));
         }
+        Ok(Some(secs))
+    }
+
+    /// Running job `id`'s limit is `secs`, within its unit's: recorded, and
+    /// kept by xlurmd's own deadline (`deadline`) where it is below.
+    fn set_own_limit(
+        &self,
+        mut st: tokio::sync::MutexGuard<'_, State>,
+        uid: u32,
+        id: JobId,
+        secs: u64,
+    ) -> ApiResult<()> {
+        let job = &st.jobs[&id];
+        let (before, start) = (job.demand.time_limit_secs, job.start_usec());
         let new = job.with_time_limit(secs);
-        let unit = job.unit();
-        // On disk first, then systemd; if systemd refuses, the limit goes back.
         st.apply(Commit::Revised(new))?;
-        drop(st);
-        let taken = self.systemd.set_time_limit(&unit, secs).await;
-        let mut st = self.state.lock().await;
-        let still = st
-            .jobs
-            .get(&id)
-            .filter(|j| j.state() == JobState::Running && j.demand.time_limit_secs == secs)
-            .cloned();
-        if let Err(e) = taken {
-            // Only the limit goes back: a cancel may have been asked meanwhile.
-            if let Some(back) = still {
-                if let Err(e) = st.apply(Commit::Revised(back.time_limit_back(before))) {
-                    tracing::error!(job = id, "putting back its time limit failed: {e}")
-                }
-            }
-            return Err(ApiError::Failed(format!(
-                "systemd did not take the new time limit: {e:#}"
-            )));
-        }
-        if let Some(start) = still.map(|j| j.start_usec()) {
-            st.sched.set_deadline(id, start / 1_000_000 + secs);
-        }
+        st.sched.set_deadline(id, start / 1_000_000 + secs);
         drop(st);
         tracing::info!(
             job = id,
-            "job {id}: time limit {before} s -> {secs} s, by uid {uid}"
+            "job {id}: time limit {before} s -> {secs} s (kept by xlurmd), by uid {uid}"
         );
+        self.deadlines.notify_one();
         self.kick.notify_one();
         Ok(())
     }

@@ -44,6 +44,8 @@ pub trait Manager {
 
     fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
 
+    fn kill_unit(&self, name: &str, whom: &str, signal: i32) -> zbus::Result<()>;
+
     fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
 
     fn set_unit_properties(
@@ -141,6 +143,20 @@ pub fn slice_cgroup(root: &std::path::Path, slice: &str) -> std::path::PathBuf {
     dir
 }
 
+/// How long [`Units::kill_leftovers`] waits for a job's cgroup to empty
+/// after SIGKILL (the kernel takes microseconds, unless a process is stuck
+/// in an uninterruptible wait).
+pub const LEFTOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+const SIGKILL: i32 = 9;
+
+/// Whether the cgroup at `dir` holds a process (`cgroup.events`: `populated
+/// 1`); a cgroup gone holds none.
+fn populated(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .is_ok_and(|e| e.lines().any(|l| l.trim() == "populated 1"))
+}
+
 /// The memory peak (bytes) of the cgroup at `dir` so far, as systemd 256+
 /// reports it (`MemoryPeak`); `None` if it cannot be read.
 pub fn read_memory_peak(dir: &std::path::Path) -> Option<u64> {
@@ -180,6 +196,11 @@ pub trait Units: Send + Sync + 'static {
     fn collect(&self, unit: &str, how: Collect) -> impl std::future::Future<Output = ()> + Send;
     /// A running unit's memory peak so far, from its cgroup.
     fn memory_peak_now(&self, unit: &str) -> Option<u64>;
+    /// Kills what the job of ended `unit` left in its cgroup (a `setsid` or
+    /// `&` child) and waits, at most [`LEFTOVER_WAIT`], until the cgroup is
+    /// empty: the job's CPUs, memory and devices go to the next job only
+    /// then. Whether it is empty (or not known to be otherwise).
+    fn kill_leftovers(&self, unit: &str) -> impl std::future::Future<Output = bool> + Send;
     /// A finished unit's status completed with its CPU time and memory peak.
     fn accounting(
         &self,
@@ -252,6 +273,19 @@ impl Systemd {
 
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// The cgroup directory of job unit `unit`, where it exists (in the
+    /// nodev slice or the job slice); `None` where xlurmd reads no cgroups
+    /// (a user manager's).
+    fn cgroup_of(&self, unit: &str) -> Option<std::path::PathBuf> {
+        let dir = self.job_cgroups.as_ref()?;
+        let nodev = self.nodev_cgroups.as_ref().map(|d| d.join(unit));
+        Some(
+            nodev
+                .filter(|d| d.exists())
+                .unwrap_or_else(|| dir.join(unit)),
+        )
     }
 
     /// The manager's `Version` as read at connect (empty if it gave none).
@@ -385,6 +419,37 @@ impl Units for Systemd {
     /// Asks systemd to stop `unit` (SIGTERM to its whole cgroup, then SIGKILL).
     async fn stop(&self, unit: &str) -> zbus::Result<()> {
         self.manager.stop_unit(unit, "replace").await.map(|_| ())
+    }
+
+    /// SIGKILL to every process left in the cgroup of ended `unit` (its
+    /// main process is gone: what is left is not the job's to keep), read
+    /// from the cgroup itself (`cgroup.events`): no call to systemd at all
+    /// when nothing is left, the usual case. The unit stays as it is
+    /// (`RemainAfterExit`): it still holds the job's end.
+    async fn kill_leftovers(&self, unit: &str) -> bool {
+        let Some(dir) = self.cgroup_of(unit) else {
+            // A user manager's cgroups are not read here: ask systemd.
+            let _ = self.manager.kill_unit(unit, "all", SIGKILL).await;
+            return true;
+        };
+        if !populated(&dir) {
+            return true;
+        }
+        if let Err(e) = self.manager.kill_unit(unit, "all", SIGKILL).await {
+            tracing::warn!("killing what {unit} left behind: {e}");
+        }
+        let end = std::time::Instant::now() + LEFTOVER_WAIT;
+        while populated(&dir) {
+            if std::time::Instant::now() >= end {
+                tracing::warn!(
+                    "{unit}: processes left after SIGKILL for {} ms (in the kernel: D state?)",
+                    LEFTOVER_WAIT.as_millis()
+                );
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        true
     }
 
     /// Lets systemd forget a failed unit after its result was recorded.

@@ -131,6 +131,21 @@ pub fn launch_failure_name(status: i32) -> Option<&'static str> {
 const SIGKILL: i32 = 9;
 const SIGHUP: i32 = 1;
 
+/// Why a job xlurmd stopped at its own deadline ended (see `service::deadline`).
+pub const OWN_DEADLINE: &str = "killed at its time limit (lowered while it ran)";
+
+/// The final state of a finished unit that xlurmd stopped at its time limit
+/// (a lowered one, kept by xlurmd: see `service::deadline`), from what
+/// [`classify`] made of it: TIMEOUT however it took the stop (SIGTERM, an
+/// exit of its own, SIGKILL after the grace), but an OOM kill stays one.
+pub fn at_own_deadline(state: JobState, mut outcome: Outcome) -> (JobState, Outcome) {
+    if state == JobState::OutOfMemory {
+        return (state, outcome);
+    }
+    outcome.detail = OWN_DEADLINE.into();
+    (JobState::Timeout, outcome)
+}
+
 /// The final state of a finished unit. `cancelled` says whether xlurm (or an
 /// admin through xlurm) asked it to stop.
 pub fn classify(u: &UnitStatus, cancelled: bool, pty: bool) -> (JobState, Outcome) {

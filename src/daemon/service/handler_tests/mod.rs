@@ -330,6 +330,16 @@ async fn the_next_job_starts_while_an_ended_jobs_accounting_is_read() {
         JobState::Running,
         "the waiting job starts while the ended one's accounting is read"
     );
+    // ...but only once what the ended one left behind was killed (M1):
+    // before its resources were freed, which was before its accounting read
+    // and the pass that started the next job.
+    let calls = d.systemd.m.lock().unwrap().calls.clone();
+    let at = |c: String| calls.iter().position(|x| *x == c);
+    let killed = at(format!("kill-leftovers {unit}")).expect("leftovers killed");
+    assert!(
+        killed < at(format!("accounting {unit}")).unwrap(),
+        "{calls:?}"
+    );
     assert_eq!(
         job(&d, running).await.state(),
         JobState::Running,

@@ -2,6 +2,7 @@
 //! name, nice and dependency; a running job's time limit.
 
 use super::*;
+use crate::daemon::service::update::MAX_LIVE_LIMIT_CHANGES;
 use crate::daemon::spec::{parse_changes, Changes as Update};
 
 const ALICE: u32 = 1000;
@@ -120,45 +121,34 @@ async fn a_pending_job_changes_as_a_submission_would_and_bad_changes_change_noth
     assert!(job(&d, after).await.after().is_none());
 }
 
+/// A job of `uid` that asks for a time limit of `secs`, running: its ID and unit.
+async fn running_for(d: &Arc<Daemon<MemoryUnits>>, uid: u32, secs: u64) -> (JobId, String) {
+    let mut s = sleep_spec();
+    s.request.time_limit_secs = Some(secs);
+    let id = d.submit(uid, vec![s]).await.unwrap()[0].id;
+    d.schedule().await;
+    wait_state(d, id, JobState::Running).await;
+    until_runs(d, id).await;
+    (id, crate::unit_name::of_job(id))
+}
+
+/// How many times systemd was given a time limit for `unit`, any limit.
+fn limits_given(d: &Daemon<MemoryUnits>, unit: &str) -> usize {
+    let m = d.systemd.m.lock().unwrap();
+    m.calls
+        .iter()
+        .filter(|c| c.starts_with("time-limit ") && c.ends_with(unit))
+        .count()
+}
+
 #[tokio::test]
 async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_admin_only() {
     let dir = tempfile::tempdir().unwrap();
     let (d, _c) = updating_daemon(dir.path()).await;
-    let (id, unit) = running_job(&d).await;
-    // Root's job: root may change its limit either way.
-    let limit = job(&d, id).await.demand.time_limit_secs;
-    d.update(0, id, false, changes(vec![entry("time_limit", 600u64)]))
-        .await
-        .unwrap();
-    assert_eq!(job(&d, id).await.demand.time_limit_secs, 600);
-    assert_eq!(d.systemd.calls("time-limit 600", &unit), 1);
-    let start = job(&d, id).await.start_usec() / 1_000_000;
-    assert_eq!(
-        d.state.lock().await.sched.running(id).unwrap().deadline,
-        start + 600
-    );
-    assert!(limit > 600);
-    // Only the time limit changes while it runs.
-    assert!(matches!(
-        d.update(0, id, false, changes(vec![entry("cpus", 2u32)]))
-            .await,
-        Err(ApiError::WrongState(_))
-    ));
-    // systemd refusing it puts the record back.
-    d.systemd.m.lock().unwrap().refuse_next_start = Some("no".into());
-    assert!(matches!(
-        d.update(0, id, false, changes(vec![entry("time_limit", 300u64)]))
-            .await,
-        Err(ApiError::Failed(_))
-    ));
-    assert_eq!(job(&d, id).await.demand.time_limit_secs, 600);
-    let (_, loaded) = Store::open(dir.path()).unwrap();
-    assert_eq!(loaded.jobs[&id].demand.time_limit_secs, 600, "on disk too");
-
-    // Alice's running job: she may lower its limit, not raise it; an admin may.
-    let mine = d.submit(ALICE, vec![sleep_spec()]).await.unwrap()[0].id;
-    d.schedule().await;
-    wait_state(&d, mine, JobState::Running).await;
+    // Alice's job, its unit given 1200 s.
+    let (mine, unit) = running_for(&d, ALICE, 1200).await;
+    let start = job(&d, mine).await.start_usec();
+    // She lowers it: xlurmd keeps it, systemd hears nothing (no reload).
     d.update(
         ALICE,
         mine,
@@ -167,6 +157,26 @@ async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_adm
     )
     .await
     .unwrap();
+    let j = job(&d, mine).await;
+    assert_eq!((j.demand.time_limit_secs, j.unit_limit_secs()), (120, 1200));
+    assert_eq!(j.own_deadline(), Some(start + 120_000_000));
+    assert_eq!(limits_given(&d, &unit), 0, "a lowering reloads nothing");
+    assert_eq!(
+        d.state.lock().await.sched.running(mine).unwrap().deadline,
+        start / 1_000_000 + 120,
+        "the scheduler plans with it"
+    );
+    // On disk (read as text: a second store on the log would compact it
+    // under the daemon's feet): a restart keeps the deadline.
+    let log = std::fs::read_to_string(dir.path().join("jobs.log")).unwrap();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.contains(&format!("\"id\":{mine},")))
+        .unwrap();
+    assert!(last.contains("\"unit_time_limit\":1200"), "{last}");
+    // She may not raise it; an admin may, within its unit's limit without
+    // systemd, beyond it with systemd.
     match d
         .update(
             ALICE,
@@ -187,31 +197,59 @@ async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_adm
     )
     .await
     .unwrap();
-    assert_eq!(job(&d, mine).await.demand.time_limit_secs, 240);
-    // Its owner may change it a few times only (3 changes so far, the
-    // admin's counted): each change reloads systemd.
-    for secs in [230u64] {
+    assert_eq!(limits_given(&d, &unit), 0);
+    d.update(0, mine, true, changes(vec![entry("time_limit", 1800u64)]))
+        .await
+        .unwrap();
+    assert_eq!(d.systemd.calls("time-limit 1800", &unit), 1);
+    let j = job(&d, mine).await;
+    assert_eq!((j.unit_limit_secs(), j.own_deadline()), (1800, None));
+    // systemd refusing a raise puts the record back, its unit's limit too.
+    d.systemd.m.lock().unwrap().refuse_next_start = Some("no".into());
+    assert!(matches!(
+        d.update(0, mine, true, changes(vec![entry("time_limit", 2400u64)]))
+            .await,
+        Err(ApiError::Failed(_))
+    ));
+    let j = job(&d, mine).await;
+    assert_eq!(
+        (j.demand.time_limit_secs, j.unit_limit_secs()),
+        (1800, 1800)
+    );
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        loaded.jobs[&mine].demand.time_limit_secs, 1800,
+        "on disk too"
+    );
+    // Its owner may change it a few times only (the admin's counted).
+    let mut secs = 1700;
+    let made = job(&d, mine).await.run().unwrap().limit_changes;
+    for _ in made..MAX_LIVE_LIMIT_CHANGES {
         d.update(ALICE, mine, false, changes(vec![entry("time_limit", secs)]))
             .await
             .unwrap();
+        secs -= 100;
     }
     match d
-        .update(
-            ALICE,
-            mine,
-            false,
-            changes(vec![entry("time_limit", 210u64)]),
-        )
+        .update(ALICE, mine, false, changes(vec![entry("time_limit", secs)]))
         .await
     {
-        Err(ApiError::LimitExceeded(m)) => assert!(m.contains("reloads systemd"), "{m}"),
+        Err(ApiError::LimitExceeded(m)) => assert!(m.contains("the most its owner may"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(job(&d, mine).await.demand.time_limit_secs, 230);
-    d.update(0, mine, true, changes(vec![entry("time_limit", 200u64)]))
-        .await
-        .unwrap();
-    // Past the admin's maximum lifetime: refused.
+    assert_eq!(job(&d, mine).await.demand.time_limit_secs, secs + 100);
+    assert_eq!(
+        d.systemd.calls("time-limit 1800", &unit),
+        1,
+        "no reload since"
+    );
+    // Only the time limit changes while it runs; past the admin's maximum
+    // lifetime it is refused.
+    assert!(matches!(
+        d.update(0, mine, true, changes(vec![entry("cpus", 2u32)]))
+            .await,
+        Err(ApiError::WrongState(_))
+    ));
     assert!(matches!(
         d.update(
             0,
@@ -224,17 +262,61 @@ async fn a_running_job_s_time_limit_is_lowered_by_its_owner_and_raised_by_an_adm
     ));
     // Its end lets go of the drop-in.
     d.systemd.end(&unit, "success", 1, 0);
-    d.reconcile(id).await;
-    wait_state(&d, id, JobState::Completed).await;
+    d.reconcile(mine).await;
+    wait_state(&d, mine, JobState::Completed).await;
     assert_eq!(d.systemd.calls("forget-time-limit", &unit), 1);
 }
 
 #[tokio::test]
-async fn a_running_job_s_limit_waits_for_systemd_s_reload_without_holding_the_daemon() {
+async fn a_lowered_limit_stops_the_job_at_it_and_it_ends_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let (d, _c) = updating_daemon(dir.path()).await;
-    let (id, unit) = running_job(&d).await;
-    let before = job(&d, id).await.demand.time_limit_secs;
+    let (quick, quick_unit) = running_for(&d, ALICE, 1200).await;
+    let (slow, slow_unit) = running_for(&d, ALICE, 1200).await;
+    let (other, other_unit) = running_for(&d, 0, 1200).await;
+    for id in [quick, slow] {
+        d.update(ALICE, id, false, changes(vec![entry("time_limit", 60u64)]))
+            .await
+            .unwrap();
+    }
+    let start = job(&d, quick).await.start_usec();
+    // Before the deadline nothing is stopped; the next one is named.
+    let next = d.enforce_deadlines(start + 59_000_000).await;
+    assert_eq!(next, Some(start + 60_000_000));
+    assert_eq!(d.systemd.calls("stop", &quick_unit), 0);
+    // At it, both are stopped, each marked on disk first; root's is not.
+    d.systemd.slow_stop(&slow_unit);
+    let later = job(&d, slow).await.start_usec() + 60_000_000;
+    assert_eq!(d.enforce_deadlines(later).await, None);
+    for unit in [&quick_unit, &slow_unit] {
+        assert_eq!(d.systemd.calls("stop", unit), 1, "{unit}");
+    }
+    assert_eq!(d.systemd.calls("stop", &other_unit), 0);
+    assert_eq!(job(&d, other).await.state(), JobState::Running);
+    // Stopped and gone: TIMEOUT, saying why.
+    let j = wait_state(&d, quick, JobState::Timeout).await;
+    assert!(j.outcome().unwrap().detail.contains("time limit"), "{j:?}");
+    // Taking SIGTERM as a clean end: TIMEOUT all the same, and the mark
+    // survives a restart before the end is read.
+    let (_, loaded) = Store::open(dir.path()).unwrap();
+    assert!(loaded.jobs[&slow].run().unwrap().stopped_at_limit);
+    d.systemd.end(&slow_unit, "success", 2, 15);
+    d.reconcile(slow).await;
+    wait_state(&d, slow, JobState::Timeout).await;
+    // Asked again: nothing more is stopped.
+    assert_eq!(d.enforce_deadlines(later + 10_000_000).await, None);
+    assert_eq!(d.systemd.calls("stop", &slow_unit), 1);
+    assert_eq!(
+        limits_given(&d, &quick_unit) + limits_given(&d, &slow_unit),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_running_job_s_raise_waits_for_systemd_s_reload_without_holding_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _c) = updating_daemon(dir.path()).await;
+    let (id, unit) = running_for(&d, 0, 300).await;
     // systemd is slow to reload (PID 1 busy): the change waits for it.
     let gate = d.systemd.hold_starts();
     d.systemd.m.lock().unwrap().refuse_next_start = Some("reload failed".into());
@@ -263,7 +345,7 @@ async fn a_running_job_s_limit_waits_for_systemd_s_reload_without_holding_the_da
         600,
         "on disk first"
     );
-    // A second change waits its turn.
+    // A second raise waits its turn; a lowering does not wait at all.
     let second = {
         let d = d.clone();
         tokio::spawn(async move {
@@ -283,5 +365,8 @@ async fn a_running_job_s_limit_waits_for_systemd_s_reload_without_holding_the_da
     assert_eq!(j.cancel_requested_by(), Some(0), "the cancel was lost");
     let (_, loaded) = Store::open(dir.path()).unwrap();
     assert_eq!(loaded.jobs[&id].demand.time_limit_secs, 500, "on disk too");
-    assert!(before > 500);
+    d.update(0, id, false, changes(vec![entry("time_limit", 100u64)]))
+        .await
+        .unwrap();
+    assert_eq!(d.systemd.calls("time-limit 100", &unit), 0);
 }
