@@ -19,8 +19,11 @@ pub const IDLE_WAKE: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl<U: Units> Daemon<U> {
     /// Stops the running jobs whose own deadline is at or before `now`
-    /// (µs): the next deadline after `now`, if any.
-    pub async fn enforce_deadlines(&self, now: u64) -> Option<u64> {
+    /// (µs): the next deadline after `now`, if any. `restarted`: the first
+    /// look since xlurmd started, which also stops again the jobs recorded as
+    /// stopped at their limit that still run (it may have stopped before it
+    /// could ask systemd).
+    pub async fn enforce_deadlines(&self, now: u64, restarted: bool) -> Option<u64> {
         let (due, next) = {
             let mut st = self.state.lock().await;
             let mut due = Vec::new();
@@ -30,6 +33,10 @@ impl<U: Units> Daemon<U> {
                 let Some(job) = st.jobs.get(&id) else {
                     continue;
                 };
+                if restarted && job.run().is_some_and(|r| r.stopped_at_limit) {
+                    due.push(id);
+                    continue;
+                }
                 let Some(at) = job.own_deadline() else {
                     continue;
                 };
@@ -68,9 +75,12 @@ impl<U: Units> Daemon<U> {
     /// The loop that keeps the deadlines: at each one due, or when a limit
     /// was lowered.
     pub async fn keep_deadlines(&self) {
+        let mut restarted = true;
         loop {
             let now = now_usec();
-            let wait = match self.enforce_deadlines(now).await {
+            let next = self.enforce_deadlines(now, restarted).await;
+            restarted = false;
+            let wait = match next {
                 Some(at) => std::time::Duration::from_micros(at.saturating_sub(now_usec())),
                 None => IDLE_WAKE,
             };

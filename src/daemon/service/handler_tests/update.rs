@@ -281,13 +281,13 @@ async fn a_lowered_limit_stops_the_job_at_it_and_it_ends_timeout() {
     }
     let start = job(&d, quick).await.start_usec();
     // Before the deadline nothing is stopped; the next one is named.
-    let next = d.enforce_deadlines(start + 59_000_000).await;
+    let next = d.enforce_deadlines(start + 59_000_000, false).await;
     assert_eq!(next, Some(start + 60_000_000));
     assert_eq!(d.systemd.calls("stop", &quick_unit), 0);
     // At it, both are stopped, each marked on disk first; root's is not.
     d.systemd.slow_stop(&slow_unit);
     let later = job(&d, slow).await.start_usec() + 60_000_000;
-    assert_eq!(d.enforce_deadlines(later).await, None);
+    assert_eq!(d.enforce_deadlines(later, false).await, None);
     for unit in [&quick_unit, &slow_unit] {
         assert_eq!(d.systemd.calls("stop", unit), 1, "{unit}");
     }
@@ -300,12 +300,15 @@ async fn a_lowered_limit_stops_the_job_at_it_and_it_ends_timeout() {
     // survives a restart before the end is read.
     let (_, loaded) = Store::open(dir.path()).unwrap();
     assert!(loaded.jobs[&slow].run().unwrap().stopped_at_limit);
+    // A restarted xlurmd asks systemd again for one marked that still runs.
+    d.enforce_deadlines(later, true).await;
+    assert_eq!(d.systemd.calls("stop", &slow_unit), 2);
     d.systemd.end(&slow_unit, "success", 2, 15);
     d.reconcile(slow).await;
     wait_state(&d, slow, JobState::Timeout).await;
     // Asked again: nothing more is stopped.
-    assert_eq!(d.enforce_deadlines(later + 10_000_000).await, None);
-    assert_eq!(d.systemd.calls("stop", &slow_unit), 1);
+    assert_eq!(d.enforce_deadlines(later + 10_000_000, false).await, None);
+    assert_eq!(d.systemd.calls("stop", &slow_unit), 2);
     assert_eq!(
         limits_given(&d, &quick_unit) + limits_given(&d, &slow_unit),
         0
