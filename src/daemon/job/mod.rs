@@ -8,6 +8,7 @@ mod brief;
 mod record;
 mod stage;
 mod table;
+mod time_limit;
 
 pub use array::Task;
 pub use brief::{merge_sorted, Brief, Briefs, Shared, Strings};

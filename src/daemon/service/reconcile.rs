@@ -153,6 +153,7 @@ impl<U: Units> Daemon<U> {
             memory_peak,
             pty,
         } = job;
+        let signalled = ended.is_some();
         let read = match ended {
             Some(mut status) => {
                 // Its resources are free from the moment its unit ended and
@@ -194,9 +195,11 @@ impl<U: Units> Daemon<U> {
                         .await;
                 }
                 if status.finished() {
-                    // (Read, not signalled: its leftovers too go before its
-                    // resources, which `finalize` frees.)
-                    self.systemd.kill_leftovers(&unit).await;
+                    // Read, not signalled: its leftovers too go before its
+                    // resources, which `finalize` frees.
+                    if !signalled {
+                        self.systemd.kill_leftovers(&unit).await;
+                    }
                     let (state, outcome) = classify(&status, cancelled, pty);
                     let (state, outcome) = if at_limit && !cancelled {
                         crate::daemon::systemd::outcome::at_own_deadline(state, outcome)
